@@ -1,0 +1,65 @@
+// A kernel descriptor: which family, for which arch, with which integer parameters (shape, config).
+// Families define a static FamilySchema (name + ordered field names); jit_cache only sees the schema.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <initializer_list>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace chordrt::jit {
+
+inline constexpr int kMaxDescriptorFields = 16;
+
+struct FamilySchema {
+  std::string_view family;  // e.g. "glue.moe_align"
+  std::span<const std::string_view> fields;
+};
+
+// Target architecture, e.g. sm_90a = {90, 'a'}.
+struct Arch {
+  int32_t sm = 0;
+  char suffix = 0;  // 'a' for arch-specific features (wgmma, setmaxnreg), 0 otherwise
+  std::string name() const;
+  // Parses "sm_90a", "sm_90", "90a". Throws chordrt::Error(INVALID_ARGUMENT) otherwise.
+  static Arch parse(std::string_view text);
+  // The arch chordrt compiles for on a device of this compute capability (9.0 -> sm_90a).
+  static Arch for_compute_capability(int major, int minor);
+  friend bool operator==(const Arch&, const Arch&) = default;
+};
+
+struct Descriptor {
+  const FamilySchema* schema = nullptr;
+  Arch arch;
+  std::array<int64_t, kMaxDescriptorFields> values{};
+
+  Descriptor() = default;
+  // Values in the schema's field order; throws if the count does not match.
+  Descriptor(const FamilySchema& schema, Arch arch, std::initializer_list<int64_t> values);
+
+  int64_t get(std::string_view field) const;  // throws if the schema has no such field
+  int64_t operator[](size_t i) const { return values[i]; }
+
+  friend bool operator==(const Descriptor& a, const Descriptor& b) {
+    return a.schema == b.schema && a.arch == b.arch && a.values == b.values;
+  }
+};
+
+// Fast in-process hash (memo key): schema identity, arch and values.
+uint64_t hash_value(const Descriptor& d) noexcept;
+
+// Canonical, length-prefixed serialization of family, arch and every (field name, value); the cache
+// key is computed from it. Stable across processes, builds and install locations.
+std::string canonical_serialization(const Descriptor& d);
+
+// Human-readable form: "glue.moe_align[sm_90a]{num_experts=384,block_size=16,has_expert_map=1}".
+std::string to_string(const Descriptor& d);
+
+struct DescriptorHash {
+  size_t operator()(const Descriptor& d) const noexcept { return static_cast<size_t>(hash_value(d)); }
+};
+
+}  // namespace chordrt::jit

@@ -1,0 +1,44 @@
+// Fixed-width integers and BF16 for kernels compiled by NVRTC without any toolkit header.
+#pragma once
+
+namespace chord {
+
+using int8_t = signed char;
+using uint8_t = unsigned char;
+using int16_t = short;
+using uint16_t = unsigned short;
+using int32_t = int;
+using uint32_t = unsigned int;
+using int64_t = long long;
+using uint64_t = unsigned long long;
+
+// BF16 as its bit pattern; conversions go through PTX so no cuda_bf16.h is needed.
+struct alignas(2) bf16 {
+  uint16_t bits;
+};
+
+__device__ __forceinline__ float to_float(bf16 v) { return __uint_as_float(static_cast<uint32_t>(v.bits) << 16); }
+
+__device__ __forceinline__ bf16 to_bf16(float f) {
+  bf16 r;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r.bits) : "f"(f));
+  return r;
+}
+
+// N consecutive BF16 values moved as one aligned vector access (N = 1, 2, 4 or 8: 2..16 bytes).
+template <int N>
+struct alignas(2 * N) Bf16Vec {
+  bf16 v[N];
+};
+
+template <int N>
+__device__ __forceinline__ Bf16Vec<N> load_vec(const bf16* p) {
+  return *reinterpret_cast<const Bf16Vec<N>*>(p);
+}
+
+template <int N>
+__device__ __forceinline__ void store_vec(bf16* p, const Bf16Vec<N>& v) {
+  *reinterpret_cast<Bf16Vec<N>*>(p) = v;
+}
+
+}  // namespace chord

@@ -1,0 +1,40 @@
+// moe_combine: out[t, :] = sum_j w[t, j] * rows[t*TOP_K + j, :], FP32 accumulation, BF16 out. With
+// FILTER, a route whose expert is not local (expert_map[id] < 0 or id out of range) contributes nothing
+// and its row is never read (the GEMM left it unwritten).
+#pragma once
+
+#include "common/types.cuh"
+
+namespace chord {
+
+template <int TOP_K, int VEC, int THREADS, bool FILTER>
+__global__ void __launch_bounds__(THREADS)
+    moe_combine_kernel(const bf16* __restrict__ rows, const float* __restrict__ weights, bf16* __restrict__ out,
+                       int64_t tokens, int64_t hidden, const int32_t* __restrict__ topk_ids,
+                       const int32_t* __restrict__ expert_map, int32_t num_experts) {
+  const int64_t col = (static_cast<int64_t>(blockIdx.x) * THREADS + threadIdx.x) * VEC;
+  if (col >= hidden) return;
+  for (int64_t t = blockIdx.y; t < tokens; t += gridDim.y) {
+    float acc[VEC];
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) acc[i] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < TOP_K; ++j) {
+      const int64_t route = t * TOP_K + j;
+      if (FILTER) {
+        const int32_t e = topk_ids[route];
+        if (static_cast<uint32_t>(e) >= static_cast<uint32_t>(num_experts) || expert_map[e] < 0) continue;
+      }
+      const float w = weights[route];
+      const Bf16Vec<VEC> v = load_vec<VEC>(rows + route * hidden + col);
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) acc[i] += w * to_float(v.v[i]);
+    }
+    Bf16Vec<VEC> o;
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) o.v[i] = to_bf16(acc[i]);
+    store_vec<VEC>(out + t * hidden + col, o);
+  }
+}
+
+}  // namespace chord

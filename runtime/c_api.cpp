@@ -1,0 +1,172 @@
+// The C ABI: argument structs checked, exceptions turned into a status and the thread's last error.
+#include "chordrt/chordrt.h"
+
+#include <new>
+
+#include "chordrt/chordrt.hpp"
+#include "runtime/error.hpp"
+
+namespace {
+
+template <typename F>
+chord_status_t guarded(F&& body) noexcept {
+  try {
+    body();
+    return CHORD_SUCCESS;
+  } catch (const chordrt::Error& e) {
+    chordrt::set_last_error(e.what());
+    return e.status();
+  } catch (const std::bad_alloc&) {
+    chordrt::set_last_error("out of host memory");
+    return CHORD_ERROR_INTERNAL;
+  } catch (const std::exception& e) {
+    chordrt::set_last_error(e.what());
+    return CHORD_ERROR_INTERNAL;
+  } catch (...) {
+    chordrt::set_last_error("unknown exception");
+    return CHORD_ERROR_INTERNAL;
+  }
+}
+
+// Options structs may come from older callers (smaller) but never claim to be larger than we know, nor
+// smaller than their first version.
+template <typename T>
+void check_struct(const T* p, size_t first_version_size, const char* what) {
+  if (!p) return;
+  if (p->struct_size < first_version_size || p->struct_size > sizeof(T)) {
+    chordrt::throw_error(CHORD_ERROR_INVALID_ARGUMENT, "{}: struct_size must be in [{}, {}], got {}", what,
+                         first_version_size, sizeof(T), p->struct_size);
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+CHORD_API const char* chord_status_string(chord_status_t status) {
+  switch (status) {
+    case CHORD_SUCCESS: return "CHORD_SUCCESS: no error";
+    case CHORD_ERROR_INVALID_ARGUMENT: return "CHORD_ERROR_INVALID_ARGUMENT: an argument is invalid";
+    case CHORD_ERROR_UNSUPPORTED: return "CHORD_ERROR_UNSUPPORTED: the request is valid but not supported";
+    case CHORD_ERROR_NO_DRIVER: return "CHORD_ERROR_NO_DRIVER: no CUDA driver (compile-only mode)";
+    case CHORD_ERROR_NO_DEVICE: return "CHORD_ERROR_NO_DEVICE: no CUDA device";
+    case CHORD_ERROR_NVRTC_UNAVAILABLE: return "CHORD_ERROR_NVRTC_UNAVAILABLE: libnvrtc could not be loaded";
+    case CHORD_ERROR_COMPILE_FAILED: return "CHORD_ERROR_COMPILE_FAILED: NVRTC could not compile a kernel";
+    case CHORD_ERROR_CAPTURE_MISS: return "CHORD_ERROR_CAPTURE_MISS: kernel not loaded during graph capture";
+    case CHORD_ERROR_STRICT_MISS: return "CHORD_ERROR_STRICT_MISS: kernel not prewarmed (CHORD_JIT_STRICT=1)";
+    case CHORD_ERROR_CUDA: return "CHORD_ERROR_CUDA: a CUDA driver call failed";
+    case CHORD_ERROR_CACHE: return "CHORD_ERROR_CACHE: the kernel cache failed";
+    case CHORD_ERROR_INTERNAL: return "CHORD_ERROR_INTERNAL: internal error";
+  }
+  return "unknown chord_status_t value";
+}
+
+CHORD_API const char* chord_last_error(void) { return chordrt::last_error(); }
+
+CHORD_API void chord_get_version(int* major, int* minor, int* patch) {
+  const auto v = chordrt::version();
+  if (major) *major = v.major;
+  if (minor) *minor = v.minor;
+  if (patch) *patch = v.patch;
+}
+
+CHORD_API int chord_abi_version(void) { return CHORD_ABI_VERSION; }
+
+CHORD_API chord_status_t chord_get_runtime_info(chord_runtime_info_t* info) {
+  return guarded([&] {
+    if (!info) chordrt::throw_error(CHORD_ERROR_INVALID_ARGUMENT, "chord_get_runtime_info: info is null");
+    check_struct(info, sizeof(chord_runtime_info_t), "chord_runtime_info_t");
+    static std::string cache_dir;  // the primary directory is fixed for the life of the process
+    const auto r = chordrt::runtime_info();
+    cache_dir = r.cache_dir;
+    info->driver_available = r.driver_available;
+    info->driver_version = r.driver_version;
+    info->device_count = r.device_count;
+    info->nvrtc_major = r.nvrtc_major;
+    info->nvrtc_minor = r.nvrtc_minor;
+    info->cache_memory_only = r.cache_memory_only;
+    info->cache_dir = cache_dir.c_str();
+    info->kernels_compiled = r.kernels_compiled;
+    info->disk_hits = r.disk_hits;
+    info->kernels_loaded = r.kernels_loaded;
+  });
+}
+
+CHORD_API chord_status_t chord_prewarm_model(const char* model, const char* deployment, const char* arch,
+                                             chord_prewarm_summary_t* summary) {
+  return guarded([&] {
+    if (!model || !deployment || !arch) {
+      chordrt::throw_error(CHORD_ERROR_INVALID_ARGUMENT, "chord_prewarm_model: {} is null",
+                           !model ? "model" : !deployment ? "deployment" : "arch");
+    }
+    check_struct(summary, sizeof(chord_prewarm_summary_t), "chord_prewarm_summary_t");
+    const auto s = chordrt::prewarm_model(model, deployment, arch);
+    if (summary) {
+      summary->compiled = s.compiled;
+      summary->cached = s.cached;
+      summary->failed = s.failed;
+      summary->median_compile_ms = s.median_compile_ms;
+      summary->max_compile_ms = s.max_compile_ms;
+    }
+    if (s.failed > 0) {
+      chordrt::throw_error(CHORD_ERROR_COMPILE_FAILED, "chord_prewarm_model: {} of {} kernels failed to compile",
+                           s.failed, s.failed + s.compiled + s.cached);
+    }
+  });
+}
+
+CHORD_API int64_t chord_moe_align_sorted_capacity(int64_t num_tokens, int32_t top_k, int32_t num_experts,
+                                                  int32_t block_size) {
+  return chordrt::moe_align_sorted_capacity(num_tokens, top_k, num_experts, block_size);
+}
+
+CHORD_API chord_status_t chord_moe_align(const int32_t* topk_ids, int64_t num_tokens, int32_t top_k,
+                                         int32_t num_experts, int32_t block_size, int32_t* sorted_token_ids,
+                                         int64_t sorted_token_ids_capacity, int32_t* expert_ids,
+                                         int64_t expert_ids_capacity, int32_t* num_tokens_post_padded,
+                                         const chord_moe_align_options_t* options, CUstream stream) {
+  return guarded([&] {
+    check_struct(options, sizeof(chord_moe_align_options_t), "chord_moe_align_options_t");
+    chordrt::MoeAlignArgs a;
+    a.topk_ids = topk_ids;
+    a.num_tokens = num_tokens;
+    a.top_k = top_k;
+    a.num_experts = num_experts;
+    a.block_size = block_size;
+    a.expert_map = options ? options->expert_map : nullptr;
+    a.sorted_token_ids = sorted_token_ids;
+    a.sorted_token_ids_capacity = sorted_token_ids_capacity;
+    a.expert_ids = expert_ids;
+    a.expert_ids_capacity = expert_ids_capacity;
+    a.num_tokens_post_padded = num_tokens_post_padded;
+    chordrt::moe_align(a, stream);
+  });
+}
+
+CHORD_API chord_status_t chord_silu_and_mul(const void* input, void* output, int64_t rows, int64_t intermediate,
+                                            CUstream stream) {
+  return guarded([&] { chordrt::silu_and_mul({input, output, rows, intermediate}, stream); });
+}
+
+CHORD_API chord_status_t chord_moe_combine(const void* expert_rows, const float* topk_weights, void* output,
+                                           int64_t num_tokens, int32_t top_k, int64_t hidden,
+                                           const chord_moe_combine_options_t* options, CUstream stream) {
+  return guarded([&] {
+    check_struct(options, sizeof(chord_moe_combine_options_t), "chord_moe_combine_options_t");
+    chordrt::MoeCombineArgs a;
+    a.expert_rows = expert_rows;
+    a.topk_weights = topk_weights;
+    a.output = output;
+    a.num_tokens = num_tokens;
+    a.top_k = top_k;
+    a.hidden = hidden;
+    if (options) {
+      a.topk_ids = options->topk_ids;
+      a.expert_map = options->expert_map;
+      a.num_experts = options->num_experts;
+    }
+    chordrt::moe_combine(a, stream);
+  });
+}
+
+}  // extern "C"

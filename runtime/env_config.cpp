@@ -1,0 +1,56 @@
+#include "runtime/env_config.hpp"
+
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "jit_cache/disk_cache.hpp"
+#include "runtime/logging.hpp"
+
+namespace chordrt {
+
+namespace {
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? std::string(v) : std::string();
+}
+}  // namespace
+
+EnvConfig EnvConfig::from_environment() {
+  EnvConfig c;
+  if (auto dir = env("CHORD_CACHE_DIR"); !dir.empty()) {
+    c.cache_dir = dir;
+  } else if (auto xdg = env("XDG_CACHE_HOME"); !xdg.empty()) {
+    c.cache_dir = std::filesystem::path(xdg) / "chordrt";
+  } else if (auto home = env("HOME"); !home.empty()) {
+    c.cache_dir = std::filesystem::path(home) / ".cache" / "chordrt";
+  } else {
+    c.cache_dir = std::filesystem::temp_directory_path() / ("chordrt-cache-" + std::to_string(::getuid()));
+  }
+  std::string layers = env("CHORD_CACHE_PATH");
+  size_t start = 0;
+  while (start <= layers.size() && !layers.empty()) {
+    size_t end = layers.find(':', start);
+    std::string part = layers.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    if (!part.empty()) c.cache_layers.emplace_back(part);
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  if (auto cap = env("CHORD_CACHE_MAX_SIZE"); !cap.empty()) {
+    try {
+      c.cache_max_bytes = jit::parse_size(cap);
+    } catch (const std::exception& e) {
+      logger().warn("ignoring CHORD_CACHE_MAX_SIZE: {}", e.what());
+    }
+  }
+  c.strict = env("CHORD_JIT_STRICT") == "1";
+  c.record_misses = env("CHORD_RECORD_MISSES");
+  return c;
+}
+
+const EnvConfig& env_config() {
+  static const EnvConfig c = EnvConfig::from_environment();
+  return c;
+}
+
+}  // namespace chordrt

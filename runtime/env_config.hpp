@@ -1,0 +1,29 @@
+// Settings from the environment, read once per process (never on the hot path).
+//   CHORD_CACHE_DIR       primary cache directory (default $XDG_CACHE_HOME/chordrt or ~/.cache/chordrt)
+//   CHORD_CACHE_PATH      extra read-only cache layers, ':'-separated, searched after the primary
+//   CHORD_CACHE_MAX_SIZE  size cap of the primary directory (e.g. 2G); least recently used go first
+//   CHORD_JIT_STRICT=1    a kernel found in no cache layer at run time is an error, not a compile
+//   CHORD_RECORD_MISSES   file to which every run-time miss is appended as a JSON line
+//   CHORD_LOG_LEVEL       trace, debug, info, warn (default), error, off (read by runtime/logging.cpp)
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace chordrt {
+
+struct EnvConfig {
+  std::filesystem::path cache_dir;
+  std::vector<std::filesystem::path> cache_layers;
+  uint64_t cache_max_bytes = 0;
+  bool strict = false;
+  std::string record_misses;
+
+  static EnvConfig from_environment();
+};
+
+const EnvConfig& env_config();
+
+}  // namespace chordrt

@@ -1,0 +1,127 @@
+/* chordrt C ABI: JIT-compiled MoE and sparse-attention kernels for NVIDIA GPUs.
+ *
+ * Conventions (as in NCCL / cuBLASLt):
+ *  - every function returns a chord_status_t; chord_last_error() gives the thread's last message;
+ *  - no exception crosses this boundary;
+ *  - every operation takes an explicit CUstream (0 = the legacy default stream);
+ *  - option structs begin with `size_t struct_size` (set it to sizeof the struct you compiled against);
+ *    a NULL options pointer means "all defaults".
+ * Device pointers are raw CUdeviceptr values cast to pointers (e.g. torch's tensor.data_ptr()). */
+#ifndef CHORDRT_H_
+#define CHORDRT_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(CHORDRT_BUILDING)
+#define CHORD_API __attribute__((visibility("default")))
+#else
+#define CHORD_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Same type as cuda.h's CUstream; repeating the typedef is valid C11/C++. */
+typedef struct CUstream_st* CUstream;
+
+#define CHORD_ABI_VERSION 1
+
+typedef enum chord_status {
+  CHORD_SUCCESS = 0,
+  CHORD_ERROR_INVALID_ARGUMENT = 1, /* null pointer, bad shape, misalignment, bad option struct */
+  CHORD_ERROR_UNSUPPORTED = 2,      /* valid request this build or device cannot serve */
+  CHORD_ERROR_NO_DRIVER = 3,        /* compile-only mode: no usable libcuda.so.1 */
+  CHORD_ERROR_NO_DEVICE = 4,        /* driver present but no CUDA device / context */
+  CHORD_ERROR_NVRTC_UNAVAILABLE = 5,/* libnvrtc could not be loaded */
+  CHORD_ERROR_COMPILE_FAILED = 6,   /* NVRTC rejected a kernel; the message carries its log */
+  CHORD_ERROR_CAPTURE_MISS = 7,     /* kernel not loaded while the stream is capturing a graph */
+  CHORD_ERROR_STRICT_MISS = 8,      /* CHORD_JIT_STRICT=1 and the kernel is in no cache layer */
+  CHORD_ERROR_CUDA = 9,             /* a CUDA driver call failed */
+  CHORD_ERROR_CACHE = 10,           /* the cache could not be read or written where it had to be */
+  CHORD_ERROR_INTERNAL = 11
+} chord_status_t;
+
+CHORD_API const char* chord_status_string(chord_status_t status);
+/* The message of the last failing call on this thread ("" if none). Valid until the next call. */
+CHORD_API const char* chord_last_error(void);
+CHORD_API void chord_get_version(int* major, int* minor, int* patch);
+CHORD_API int chord_abi_version(void);
+
+typedef struct chord_runtime_info {
+  size_t struct_size;
+  int driver_available;   /* 0 in compile-only mode */
+  int driver_version;     /* e.g. 13000; 0 when absent */
+  int device_count;
+  int nvrtc_major, nvrtc_minor; /* 0 when libnvrtc is missing */
+  int cache_memory_only;  /* 1 when the disk cache is unusable and kernels live in memory only */
+  const char* cache_dir;  /* primary cache directory; valid for the life of the process */
+  uint64_t kernels_compiled; /* NVRTC compiles done by this process */
+  uint64_t disk_hits;        /* kernels loaded from a disk cache layer */
+  uint64_t kernels_loaded;   /* (context, kernel) pairs loaded into the memo */
+} chord_runtime_info_t;
+CHORD_API chord_status_t chord_get_runtime_info(chord_runtime_info_t* info);
+
+typedef struct chord_prewarm_summary {
+  size_t struct_size;
+  int compiled, cached, failed;
+  double median_compile_ms, max_compile_ms;
+} chord_prewarm_summary_t;
+/* Compiles (into the disk cache) every kernel a deployment of a model dispatches, in this process.
+ * model: a preset name ("kimi-k2", "deepseek-v3") or a path to a Hugging Face config.json;
+ * deployment: "tp1", "tp8", "ep8", ...; arch: "sm_90a". Works without a GPU. */
+CHORD_API chord_status_t chord_prewarm_model(const char* model, const char* deployment, const char* arch,
+                                             chord_prewarm_summary_t* summary);
+
+/* ---- MoE glue ------------------------------------------------------------------------------------- */
+
+/* Capacity (elements) sorted_token_ids needs: num_tokens*top_k + num_experts*(block_size-1). */
+CHORD_API int64_t chord_moe_align_sorted_capacity(int64_t num_tokens, int32_t top_k, int32_t num_experts,
+                                                  int32_t block_size);
+
+typedef struct chord_moe_align_options {
+  size_t struct_size;
+  /* Optional [num_experts] int32 map from global expert id to local id, -1 = not on this GPU. */
+  const int32_t* expert_map;
+} chord_moe_align_options_t;
+
+/* vLLM's moe_align_block_size contract. topk_ids [num_tokens, top_k] int32 (global expert ids; ids
+ * outside [0, num_experts) are dropped). Writes, for route id r = token*top_k + j:
+ *  sorted_token_ids: each expert's routes in ascending r, padded to a multiple of block_size with the
+ *    sentinel num_tokens*top_k; the whole tail up to the capacity is filled with the sentinel;
+ *  expert_ids: one per block (expert_map[e] when a map is given, so -1 for non-local experts), -1 past
+ *    the used blocks up to expert_ids_capacity;
+ *  num_tokens_post_padded[0]: number of used entries of sorted_token_ids (a multiple of block_size).
+ * Nothing is read back to the host: the call is graph-capturable. */
+CHORD_API chord_status_t chord_moe_align(const int32_t* topk_ids, int64_t num_tokens, int32_t top_k,
+                                         int32_t num_experts, int32_t block_size, int32_t* sorted_token_ids,
+                                         int64_t sorted_token_ids_capacity, int32_t* expert_ids,
+                                         int64_t expert_ids_capacity, int32_t* num_tokens_post_padded,
+                                         const chord_moe_align_options_t* options, CUstream stream);
+
+/* input [rows, 2*intermediate] BF16 (gate half then up half) -> output [rows, intermediate] BF16,
+ * output = silu(gate) * up computed in FP32. Pointers 16-byte aligned when intermediate % 8 == 0. */
+CHORD_API chord_status_t chord_silu_and_mul(const void* input, void* output, int64_t rows, int64_t intermediate,
+                                            CUstream stream);
+
+typedef struct chord_moe_combine_options {
+  size_t struct_size;
+  /* Optional expert-parallel filter: when both are given, route (t, j) contributes only if
+   * expert_map[topk_ids[t*top_k + j]] >= 0 (the output is this GPU's partial sum). */
+  const int32_t* topk_ids;
+  const int32_t* expert_map;
+  int32_t num_experts;
+} chord_moe_combine_options_t;
+
+/* output[t, :] = sum_j topk_weights[t, j] * expert_rows[t*top_k + j, :] in FP32, written as BF16.
+ * expert_rows [num_tokens*top_k, hidden] BF16, topk_weights [num_tokens, top_k] FP32. */
+CHORD_API chord_status_t chord_moe_combine(const void* expert_rows, const float* topk_weights, void* output,
+                                           int64_t num_tokens, int32_t top_k, int64_t hidden,
+                                           const chord_moe_combine_options_t* options, CUstream stream);
+
+#ifdef __cplusplus
+}  /* extern "C" */
+#endif
+
+#endif /* CHORDRT_H_ */

@@ -1,0 +1,278 @@
+#include "runtime/jit_runtime.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+
+#include "jit_cache/cache_key.hpp"
+#include "runtime/driver.hpp"
+#include "runtime/env_config.hpp"
+#include "runtime/error.hpp"
+#include "runtime/kernel_registry.hpp"
+#include "runtime/kernel_sources.hpp"
+#include "runtime/logging.hpp"
+#include "runtime/nvrtc_compiler.hpp"
+
+namespace chordrt {
+
+JitOptions JitOptions::from_environment() {
+  const EnvConfig& env = env_config();
+  JitOptions o;
+  o.cache.primary = env.cache_dir;
+  o.cache.read_only_layers = env.cache_layers;
+  o.cache.max_bytes = env.cache_max_bytes;
+  o.strict = env.strict;
+  o.record_misses = env.record_misses;
+  return o;
+}
+
+std::vector<std::string> nvrtc_options(const jit::Arch& arch) {
+  // -v for ptxas puts registers, spills and shared memory into the log, which the cache keeps.
+  return {"--gpu-architecture=" + arch.name(), "-std=c++17", "--ptxas-options=-v", "-DCHORD_JIT=1"};
+}
+
+size_t JitRuntime::MemoKeyHash::operator()(const MemoKey& k) const noexcept {
+  return static_cast<size_t>(jit::hash_value(k.descriptor) ^ (reinterpret_cast<uintptr_t>(k.context) * 0x9e3779b97f4a7c15ull));
+}
+
+JitRuntime::JitRuntime(JitOptions options) : options_(std::move(options)), disk_(options_.cache) {}
+
+JitRuntime::~JitRuntime() {
+  // Modules belong to contexts that may already be gone at process exit; the driver frees them.
+}
+
+JitRuntime& JitRuntime::global() {
+  // Never destroyed: kernels may be launched from other static destructors.
+  static JitRuntime* instance = new JitRuntime(JitOptions::from_environment());
+  return *instance;
+}
+
+std::string JitRuntime::key_of(const jit::Descriptor& d) const {
+  const Nvrtc& nvrtc = Nvrtc::get();
+  const KernelProgram program = family_of(d).program(d);
+  jit::KeyInputs in;
+  in.canonical_descriptor = jit::canonical_serialization(d);
+  in.nvrtc_major = nvrtc.major();
+  in.nvrtc_minor = nvrtc.minor();
+  in.options = nvrtc_options(d.arch);
+  in.source_fingerprint =
+      jit::hex_digest128(embedded_sources_fingerprint() + "\n" + program.source() + "\n" + program.name_expression);
+  in.abi_version = CHORD_ABI_VERSION;
+  return jit::compute_cache_key(in);
+}
+
+void JitRuntime::record_miss(const jit::Descriptor& d, const char* reason) {
+  if (options_.record_misses.empty()) return;
+  nlohmann::json line = {{"descriptor", descriptor_to_json(d)}, {"reason", reason}};
+  std::string text = line.dump() + "\n";
+  // O_APPEND writes of one short line do not interleave between processes.
+  int fd = ::open(options_.record_misses.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0 || ::write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
+    logger().warn("cannot record a JIT miss in {}: {}", options_.record_misses, std::strerror(errno));
+  }
+  if (fd >= 0) ::close(fd);
+}
+
+std::shared_ptr<const jit::CacheEntry> JitRuntime::image(const jit::Descriptor& d, bool runtime_miss,
+                                                        EnsureResult* result) {
+  const std::string key = key_of(d);
+  if (result) result->key = key;
+  {
+    std::lock_guard lock(images_mutex_);
+    if (auto it = images_.find(key); it != images_.end()) {
+      if (result) result->source = ImageSource::kMemory;
+      return it->second;
+    }
+  }
+  auto publish = [&](jit::CacheEntry&& entry, ImageSource source) {
+    auto shared = std::make_shared<const jit::CacheEntry>(std::move(entry));
+    std::lock_guard lock(images_mutex_);
+    auto [it, inserted] = images_.emplace(key, shared);
+    if (result) result->source = source;
+    return it->second;
+  };
+  auto loaded = disk_.load(key);
+  if (loaded.status == jit::DiskCache::LoadStatus::kHit) {
+    ++disk_hits_;
+    return publish(std::move(loaded.entry), ImageSource::kDisk);
+  }
+  if (runtime_miss) {
+    record_miss(d, "compile");
+    if (options_.strict) {
+      throw_error(CHORD_ERROR_STRICT_MISS,
+                  "kernel {} (key {}) is in no cache layer and CHORD_JIT_STRICT=1 forbids compiling at run time; "
+                  "prewarm it with chord-jit",
+                  jit::to_string(d), key);
+    }
+  }
+  // One compile per key across processes: whoever holds the lock compiles, the others find its entry.
+  auto lock = disk_.lock_key(key);
+  loaded = disk_.load(key);
+  if (loaded.status == jit::DiskCache::LoadStatus::kHit) {
+    ++disk_hits_;
+    return publish(std::move(loaded.entry), ImageSource::kDisk);
+  }
+  const KernelProgram program = family_of(d).program(d);
+  const std::string descriptor_text = jit::to_string(d);
+  const Nvrtc& nvrtc = Nvrtc::get();
+  std::vector<std::pair<std::string_view, std::string_view>> headers;
+  for (const auto& s : embedded_sources()) headers.emplace_back(s.path, s.text);
+  CompileOutput out =
+      nvrtc.compile(program.source(), program.name_expression, nvrtc_options(d.arch), headers, descriptor_text);
+  ++compiled_;
+  logger().info("compiled {} in {:.1f} ms", descriptor_text, out.compile_ms);
+  jit::CacheEntry entry;
+  entry.meta.key = key;
+  entry.meta.descriptor = descriptor_to_json(d);
+  entry.meta.descriptor_text = descriptor_text;
+  entry.meta.lowered_name = out.lowered_name;
+  entry.meta.threads = program.threads;
+  entry.meta.dynamic_smem = program.dynamic_smem;
+  entry.meta.cluster = program.cluster;
+  entry.meta.cubin_size = out.cubin.size();
+  entry.meta.cubin_checksum = jit::hex_digest128(out.cubin);
+  entry.meta.compile_ms = out.compile_ms;
+  entry.meta.nvrtc_version = fmt::format("{}.{}", nvrtc.major(), nvrtc.minor());
+  entry.meta.created_unix =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  entry.cubin = std::move(out.cubin);
+  disk_.store(entry);
+  if (result) result->compile_ms = entry.meta.compile_ms;
+  return publish(std::move(entry), ImageSource::kCompiled);
+}
+
+EnsureResult JitRuntime::ensure_compiled(const jit::Descriptor& d) {
+  EnsureResult result;
+  image(d, /*runtime_miss=*/false, &result);
+  return result;
+}
+
+namespace {
+
+// Pushes ctx for the scope if it is not current already.
+class ScopedContext {
+ public:
+  ScopedContext(const DriverApi& api, CUcontext ctx) : api_(api) {
+    CUcontext current = nullptr;
+    api_.cuCtxGetCurrent(&current);
+    if (current != ctx) {
+      check_cuda(api_.cuCtxPushCurrent(ctx), "cuCtxPushCurrent");
+      pushed_ = true;
+    }
+  }
+  ~ScopedContext() {
+    if (pushed_) {
+      CUcontext popped = nullptr;
+      api_.cuCtxPopCurrent(&popped);
+    }
+  }
+
+ private:
+  const DriverApi& api_;
+  bool pushed_ = false;
+};
+
+}  // namespace
+
+const ContextState& JitRuntime::context_for(CUstream stream) {
+  const DriverApi& api = require_driver();
+  CUcontext ctx = nullptr;
+  if (stream) {
+    check_cuda(api.cuStreamGetCtx(stream, &ctx), "cuStreamGetCtx");
+  } else {
+    check_cuda(api.cuCtxGetCurrent(&ctx), "cuCtxGetCurrent");
+    if (!ctx) {
+      // No context yet (a plain C caller): use device 0's primary context, as the runtime API would.
+      CUdevice dev = 0;
+      check_cuda(api.cuDeviceGet(&dev, 0), "cuDeviceGet");
+      check_cuda(api.cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+      check_cuda(api.cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+    }
+  }
+  {
+    std::shared_lock lock(contexts_mutex_);
+    for (const auto& c : contexts_) {
+      if (c->context == ctx) return *c;
+    }
+  }
+  auto state = std::make_unique<ContextState>();
+  state->context = ctx;
+  {
+    ScopedContext scope(api, ctx);
+    check_cuda(api.cuCtxGetDevice(&state->device), "cuCtxGetDevice");
+  }
+  int major = 0, minor = 0, sms = 0, smem = 0;
+  check_cuda(api.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, state->device), "cuDeviceGetAttribute");
+  check_cuda(api.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, state->device), "cuDeviceGetAttribute");
+  check_cuda(api.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, state->device), "cuDeviceGetAttribute");
+  check_cuda(api.cuDeviceGetAttribute(&smem, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, state->device),
+             "cuDeviceGetAttribute");
+  state->facts.arch = jit::Arch::for_compute_capability(major, minor);
+  state->facts.sm_count = sms;
+  state->facts.max_smem_per_block_optin = smem;
+  std::unique_lock lock(contexts_mutex_);
+  for (const auto& c : contexts_) {
+    if (c->context == ctx) return *c;
+  }
+  contexts_.push_back(std::move(state));
+  return *contexts_.back();
+}
+
+const LoadedKernel& JitRuntime::kernel(const jit::Descriptor& d, const ContextState& ctx, CUstream stream) {
+  MemoKey key{ctx.context, d};
+  {
+    std::shared_lock lock(memo_mutex_);
+    if (auto it = memo_.find(key); it != memo_.end()) return *it->second;
+  }
+  const DriverApi& api = require_driver();
+  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+  check_cuda(api.cuStreamIsCapturing(stream, &capture), "cuStreamIsCapturing");
+  if (capture != CU_STREAM_CAPTURE_STATUS_NONE) {
+    record_miss(d, "capture");
+    throw_error(CHORD_ERROR_CAPTURE_MISS,
+                "kernel {} is not loaded and the stream is capturing a CUDA graph; run the operation once before "
+                "capture (or prewarm) so it never compiles or loads inside a capture",
+                jit::to_string(d));
+  }
+  auto img = image(d, /*runtime_miss=*/true, nullptr);
+  auto loaded = std::make_unique<LoadedKernel>();
+  {
+    ScopedContext scope(api, ctx.context);
+    check_cuda(api.cuModuleLoadData(&loaded->module, img->cubin.data()), "cuModuleLoadData");
+    CUresult r = api.cuModuleGetFunction(&loaded->function, loaded->module, img->meta.lowered_name.c_str());
+    if (r != CUDA_SUCCESS) {
+      api.cuModuleUnload(loaded->module);
+      check_cuda(r, "cuModuleGetFunction");
+    }
+    if (img->meta.dynamic_smem > 0) {
+      check_cuda(api.cuFuncSetAttribute(loaded->function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                        static_cast<int>(img->meta.dynamic_smem)),
+                 "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
+    }
+    int max_threads = 0;
+    check_cuda(api.cuFuncGetAttribute(&max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, loaded->function),
+               "cuFuncGetAttribute");
+    if (static_cast<uint32_t>(max_threads) < img->meta.threads) {
+      api.cuModuleUnload(loaded->module);
+      throw_error(CHORD_ERROR_INTERNAL, "kernel {} launches {} threads but the compiled module allows {}",
+                  img->meta.descriptor_text, img->meta.threads, max_threads);
+    }
+  }
+  loaded->threads = img->meta.threads;
+  loaded->dynamic_smem = img->meta.dynamic_smem;
+  loaded->cluster = img->meta.cluster;
+  std::unique_lock lock(memo_mutex_);
+  auto [it, inserted] = memo_.emplace(std::move(key), std::move(loaded));
+  if (inserted) {
+    ++loaded_;
+  } else {
+    api.cuModuleUnload(loaded->module);  // another thread loaded it first
+  }
+  return *it->second;
+}
+
+JitStats JitRuntime::stats() const { return {compiled_.load(), disk_hits_.load(), loaded_.load()}; }
+
+}  // namespace chordrt

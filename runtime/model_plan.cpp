@@ -1,0 +1,112 @@
+#include "runtime/model_plan.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <charconv>
+#include <fstream>
+
+#include "runtime/error.hpp"
+#include "runtime/ops/glue.hpp"
+
+namespace chordrt {
+
+namespace {
+
+const MoeModelShape kPresets[] = {
+    {"kimi-k2", 7168, 2048, 384, 8},
+    {"deepseek-v3", 7168, 2048, 256, 8},
+};
+
+// Block sizes the routing is aligned to by the GEMM families' heuristics (decode 8..24, prefill 32..176
+// rounded to the sizes vLLM uses).
+constexpr int kAlignBlockSizes[] = {8, 16, 32, 64, 128};
+
+int json_int(const nlohmann::json& config, std::initializer_list<const char*> names, std::string_view path) {
+  for (const nlohmann::json* scope : {&config, config.contains("text_config") ? &config["text_config"] : nullptr}) {
+    if (!scope) continue;
+    for (const char* n : names) {
+      if (scope->contains(n) && (*scope)[n].is_number_integer()) return (*scope)[n].get<int>();
+    }
+  }
+  std::string wanted;
+  for (const char* n : names) wanted += fmt::format("{}\"{}\"", wanted.empty() ? "" : " or ", n);
+  throw_error(CHORD_ERROR_INVALID_ARGUMENT, "model config {}: no integer {} (a MoE config is needed)", path, wanted);
+}
+
+}  // namespace
+
+Deployment Deployment::parse(std::string_view text) {
+  Deployment d;
+  d.name = std::string(text);
+  int n = 0;
+  auto digits = text.size() > 2 ? text.substr(2) : std::string_view();
+  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
+  if (text.size() <= 2 || ec != std::errc() || end != digits.data() + digits.size() || n < 1 || n > 1024 ||
+      !(text.starts_with("tp") || text.starts_with("ep"))) {
+    throw_error(CHORD_ERROR_INVALID_ARGUMENT, "deployment: expected tpN or epN (e.g. tp8, ep16), got \"{}\"", text);
+  }
+  (text.starts_with("tp") ? d.tensor_parallel : d.expert_parallel) = n;
+  return d;
+}
+
+std::vector<std::string> model_preset_names() {
+  std::vector<std::string> names;
+  for (const auto& p : kPresets) names.push_back(p.name);
+  return names;
+}
+
+MoeModelShape resolve_model(std::string_view preset_or_path) {
+  for (const auto& p : kPresets) {
+    if (p.name == preset_or_path) return p;
+  }
+  const std::string path(preset_or_path);
+  std::ifstream in(path);
+  if (!in) {
+    std::string names;
+    for (const auto& p : kPresets) names += " " + p.name;
+    throw_error(CHORD_ERROR_INVALID_ARGUMENT, "model: \"{}\" is neither a preset (known:{}) nor a readable file",
+                path, names);
+  }
+  nlohmann::json config;
+  try {
+    config = nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    throw_error(CHORD_ERROR_INVALID_ARGUMENT, "model config {}: not valid JSON ({})", path, e.what());
+  }
+  MoeModelShape m;
+  m.name = path;
+  m.hidden = json_int(config, {"hidden_size"}, path);
+  m.moe_intermediate = json_int(config, {"moe_intermediate_size"}, path);
+  m.num_experts = json_int(config, {"n_routed_experts", "num_experts", "num_local_experts"}, path);
+  m.top_k = json_int(config, {"num_experts_per_tok", "moe_topk"}, path);
+  if (m.hidden <= 0 || m.moe_intermediate <= 0 || m.num_experts <= 0 || m.top_k <= 0 || m.top_k > m.num_experts) {
+    throw_error(CHORD_ERROR_INVALID_ARGUMENT,
+                "model config {}: implausible MoE shape (hidden {}, moe_intermediate {}, experts {}, top-k {})", path,
+                m.hidden, m.moe_intermediate, m.num_experts, m.top_k);
+  }
+  return m;
+}
+
+std::vector<jit::Descriptor> plan_descriptors(const MoeModelShape& m, const Deployment& dep, jit::Arch arch) {
+  if (m.moe_intermediate % dep.tensor_parallel != 0) {
+    throw_error(CHORD_ERROR_INVALID_ARGUMENT, "deployment {}: moe_intermediate {} is not divisible by TP {}", dep.name,
+                m.moe_intermediate, dep.tensor_parallel);
+  }
+  if (m.num_experts % dep.expert_parallel != 0) {
+    throw_error(CHORD_ERROR_INVALID_ARGUMENT, "deployment {}: {} experts are not divisible by EP {}", dep.name,
+                m.num_experts, dep.expert_parallel);
+  }
+  const bool ep = dep.expert_parallel > 1;
+  const int64_t inter = m.moe_intermediate / dep.tensor_parallel;
+  std::vector<jit::Descriptor> out;
+  auto add = [&](const jit::Descriptor& d) {
+    if (std::find(out.begin(), out.end(), d) == out.end()) out.push_back(d);
+  };
+  for (int block : kAlignBlockSizes) add(ops::moe_align_descriptor(arch, m.num_experts, block, ep));
+  add(ops::silu_and_mul_descriptor(arch, inter));
+  add(ops::moe_combine_descriptor(arch, m.top_k, m.hidden, ep));
+  return out;
+}
+
+}  // namespace chordrt
