@@ -1,0 +1,172 @@
+// Host costs of the JIT runtime:
+//  - cold NVRTC compile of every family's example descriptors (fresh cache directory),
+//  - disk-hit load (a fresh runtime on the same directory),
+//  - with a GPU: host time per launch on a memo hit (chordrt op vs a raw cuLaunchKernelEx of the same
+//    function, and the lookup alone: context + descriptor + memo).
+// Usage: chord_host_bench [--json FILE]
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <stdlib.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "chordrt/chordrt.hpp"
+#include "heuristics/glue.hpp"
+#include "runtime/driver.hpp"
+#include "runtime/jit_runtime.hpp"
+#include "runtime/kernel_registry.hpp"
+#include "runtime/launch.hpp"
+#include "runtime/ops/glue.hpp"
+
+using namespace chordrt;
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+json bench_compile() {
+  char tmpl[] = "/tmp/chord-bench-XXXXXX";
+  const std::filesystem::path dir = ::mkdtemp(tmpl);
+  JitOptions opts;
+  opts.cache.primary = dir;
+  std::vector<jit::Descriptor> all;
+  for (const KernelFamily* f : kernel_families()) {
+    for (const auto& d : f->examples(jit::Arch{90, 'a'})) all.push_back(d);
+  }
+  json kernels = json::array();
+  std::vector<double> cold, load;
+  {
+    JitRuntime rt(opts);
+    for (const auto& d : all) {
+      const auto r = rt.ensure_compiled(d);
+      cold.push_back(r.compile_ms);
+      kernels.push_back({{"descriptor", jit::to_string(d)}, {"cold_compile_ms", r.compile_ms}});
+    }
+  }
+  {
+    JitRuntime rt(opts);  // new process state, same directory: every kernel is a disk hit
+    for (size_t i = 0; i < all.size(); ++i) {
+      const auto t = Clock::now();
+      const auto r = rt.ensure_compiled(all[i]);
+      const double ms = ms_since(t);
+      if (r.source != ImageSource::kDisk) throw std::runtime_error("expected a disk hit");
+      load.push_back(ms);
+      kernels[i]["disk_hit_ms"] = ms;
+    }
+  }
+  std::filesystem::remove_all(dir);
+  return {{"kernels", kernels},
+          {"cold_compile_ms_median", median(cold)},
+          {"cold_compile_ms_max", *std::max_element(cold.begin(), cold.end())},
+          {"disk_hit_ms_median", median(load)}};
+}
+
+// Host time per call, in batches (synchronizing between batches so the launch queue never fills).
+template <typename F>
+double host_us_per_call(F&& call, int batches, int per_batch) {
+  const auto& api = driver().api;
+  std::vector<double> per;
+  for (int b = 0; b < batches; ++b) {
+    const auto t = Clock::now();
+    for (int i = 0; i < per_batch; ++i) call();
+    per.push_back(ms_since(t) * 1000.0 / per_batch);
+    check_cuda(api.cuCtxSynchronize(), "sync");
+  }
+  return median(per);
+}
+
+json bench_launch() {
+  const Driver& d = driver();
+  if (d.state != DriverState::kReady) return {{"skipped", d.message}};
+  const auto& api = d.api;
+  CUdevice dev = 0;
+  CUcontext ctx = nullptr;
+  check_cuda(api.cuDeviceGet(&dev, 0), "cuDeviceGet");
+  check_cuda(api.cuDevicePrimaryCtxRetain(&ctx, dev), "retain");
+  check_cuda(api.cuCtxSetCurrent(ctx), "set current");
+  CUstream stream = nullptr;
+  check_cuda(api.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "stream");
+  const int64_t rows = 1, inter = 256;  // a tiny launch: host cost dominates
+  CUdeviceptr in = 0, out = 0;
+  check_cuda(api.cuMemAlloc(&in, rows * 2 * inter * 2), "alloc");
+  check_cuda(api.cuMemAlloc(&out, rows * inter * 2), "alloc");
+  SiluAndMulArgs args{reinterpret_cast<void*>(in), reinterpret_cast<void*>(out), rows, inter};
+  silu_and_mul(args, stream);  // warm: compile/load once
+  check_cuda(api.cuStreamSynchronize(stream), "sync");
+
+  JitRuntime& rt = JitRuntime::global();
+  const ContextState& cs = rt.context_for(stream);
+  const auto config = heuristics::select_rowwise(inter);
+  const jit::Descriptor desc = ops::silu_and_mul_descriptor(cs.facts.arch, inter);
+  const LoadedKernel& k = rt.kernel(desc, cs, stream);
+  const auto grid = heuristics::rowwise_grid(rows, inter, config);
+  const void* kargs[] = {&args.input, &args.output, &args.rows, &args.intermediate};
+
+  constexpr int kBatches = 50, kPerBatch = 200;
+  const double op_us = host_us_per_call([&] { silu_and_mul(args, stream); }, kBatches, kPerBatch);
+  const double raw_us = host_us_per_call(
+      [&] {
+        CUlaunchConfig c{};
+        c.gridDimX = grid.x;
+        c.gridDimY = grid.y;
+        c.gridDimZ = 1;
+        c.blockDimX = k.threads;
+        c.blockDimY = c.blockDimZ = 1;
+        c.hStream = stream;
+        check_cuda(api.cuLaunchKernelEx(&c, k.function, const_cast<void**>(kargs), nullptr), "launch");
+      },
+      kBatches, kPerBatch);
+  volatile uintptr_t sink = 0;
+  const double lookup_us = host_us_per_call(
+      [&] {
+        const ContextState& c = rt.context_for(stream);
+        const jit::Descriptor dd = ops::silu_and_mul_descriptor(c.facts.arch, inter);
+        sink = sink + reinterpret_cast<uintptr_t>(rt.kernel(dd, c, stream).function);
+      },
+      kBatches, kPerBatch * 10);
+  api.cuMemFree(in);
+  api.cuMemFree(out);
+  api.cuStreamDestroy(stream);
+  return {{"op", "silu_and_mul rows=1 inter=256"},
+          {"chordrt_op_host_us", op_us},
+          {"raw_cuLaunchKernelEx_host_us", raw_us},
+          {"chordrt_overhead_us", op_us - raw_us},
+          {"lookup_only_us", lookup_us}};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string json_path;
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::string(argv[i]) == "--json") json_path = argv[i + 1];
+  }
+  json result = {{"compile", bench_compile()}, {"launch", bench_launch()}};
+  const auto& c = result["compile"];
+  fmt::print("cold NVRTC compile: median {:.1f} ms, max {:.1f} ms over {} kernels; disk hit median {:.2f} ms\n",
+             c["cold_compile_ms_median"].get<double>(), c["cold_compile_ms_max"].get<double>(), c["kernels"].size(),
+             c["disk_hit_ms_median"].get<double>());
+  const auto& l = result["launch"];
+  if (l.contains("skipped")) {
+    fmt::print("launch overhead: skipped ({})\n", l["skipped"].get<std::string>());
+  } else {
+    fmt::print("launch host time: chordrt op {:.2f} us, raw cuLaunchKernelEx {:.2f} us, overhead {:.2f} us, "
+               "lookup alone {:.3f} us\n",
+               l["chordrt_op_host_us"].get<double>(), l["raw_cuLaunchKernelEx_host_us"].get<double>(),
+               l["chordrt_overhead_us"].get<double>(), l["lookup_only_us"].get<double>());
+  }
+  if (!json_path.empty()) std::ofstream(json_path) << result.dump(2) << "\n";
+  return 0;
+}
