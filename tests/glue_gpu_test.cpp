@@ -116,21 +116,22 @@ TEST_CASE("silu_and_mul matches an FP32 reference", "[gpu][glue]") {
       d_out.poison(0xff);  // BF16 NaN
       REQUIRE(chord_silu_and_mul(d_in.get(), d_out.get(), rows, inter, nullptr) == CHORD_SUCCESS);
       const auto out = d_out.download();
-      int64_t off_by_one = 0;
+      int64_t off_by_one = 0, bad = 0;
       double err = 0, norm = 0;
       for (int64_t r = 0; r < rows; ++r) {
         for (int64_t i = 0; i < inter; ++i) {
           const double g = bf16_to_float(in[r * 2 * inter + i]), u = bf16_to_float(in[r * 2 * inter + inter + i]);
           const double ref = g / (1.0 + std::exp(-g)) * u;
           const uint16_t got = out[r * inter + i];
-          REQUIRE(std::isfinite(bf16_to_float(got)));
           const int diff = std::abs(static_cast<int>(got) - static_cast<int>(float_to_bf16(static_cast<float>(ref))));
-          REQUIRE(diff <= 1);  // one BF16 ulp: __expf against exp
+          // Finite, and within one BF16 ulp of the rounded reference (__expf against exp).
+          bad += !std::isfinite(bf16_to_float(got)) || diff > 1;
           off_by_one += diff;
           err += (bf16_to_float(got) - ref) * (bf16_to_float(got) - ref);
           norm += ref * ref;
         }
       }
+      CHECK(bad == 0);
       CHECK(std::sqrt(err / std::max(norm, 1e-30)) < 4e-3);
       CHECK(off_by_one <= rows * inter / 100 + 1);
     }
@@ -167,6 +168,7 @@ TEST_CASE("moe_combine matches an FP32 reference, with and without the EP filter
                                     filtered ? &opts : nullptr, nullptr) == CHORD_SUCCESS);
           const auto out = d_out.download();
           double err = 0, norm = 0;
+          int64_t bad = 0;
           for (int64_t t = 0; t < tokens; ++t) {
             for (int64_t h = 0; h < hidden; ++h) {
               float acc = 0.0f;  // same FP32 order as the kernel
@@ -175,12 +177,13 @@ TEST_CASE("moe_combine matches an FP32 reference, with and without the EP filter
                 if (local(route)) acc = std::fma(w[route], bf16_to_float(rows[route * hidden + h]), acc);
               }
               const float got = bf16_to_float(out[t * hidden + h]);
-              REQUIRE(std::isfinite(got));
-              REQUIRE(std::abs(static_cast<int>(out[t * hidden + h]) - static_cast<int>(float_to_bf16(acc))) <= 1);
+              bad += !std::isfinite(got) ||
+                     std::abs(static_cast<int>(out[t * hidden + h]) - static_cast<int>(float_to_bf16(acc))) > 1;
               err += double(got - acc) * (got - acc);
               norm += double(acc) * acc;
             }
           }
+          CHECK(bad == 0);  // finite and within one BF16 ulp of the same-order FP32 sum
           CHECK(std::sqrt(err / std::max(norm, 1e-30)) < 4e-3);
         }
       }
