@@ -5,13 +5,13 @@
 //    function, and the lookup alone: context + descriptor + memo).
 // Usage: chord_host_bench [--json FILE]
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 #include <stdlib.h>
 
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -162,10 +162,11 @@ int main(int argc, char** argv) {
   if (l.contains("skipped")) {
     fmt::print("launch overhead: skipped ({})\n", l["skipped"].get<std::string>());
   } else {
-    fmt::print("launch host time: chordrt op {:.2f} us, raw cuLaunchKernelEx {:.2f} us, overhead {:.2f} us, "
-               "lookup alone {:.3f} us\n",
-               l["chordrt_op_host_us"].get<double>(), l["raw_cuLaunchKernelEx_host_us"].get<double>(),
-               l["chordrt_overhead_us"].get<double>(), l["lookup_only_us"].get<double>());
+    fmt::print(
+        "launch host time: chordrt op {:.2f} us, raw cuLaunchKernelEx {:.2f} us, overhead {:.2f} us, "
+        "lookup alone {:.3f} us\n",
+        l["chordrt_op_host_us"].get<double>(), l["raw_cuLaunchKernelEx_host_us"].get<double>(),
+        l["chordrt_overhead_us"].get<double>(), l["lookup_only_us"].get<double>());
   }
   if (!json_path.empty()) std::ofstream(json_path) << result.dump(2) << "\n";
   return 0;

@@ -68,7 +68,8 @@ std::string canonical_serialization(const Descriptor& d) {
   std::string out;
   append_field(out, "family", d.schema->family);
   append_field(out, "arch", d.arch.name());
-  for (size_t i = 0; i < d.schema->fields.size(); ++i) append_field(out, d.schema->fields[i], std::to_string(d.values[i]));
+  for (size_t i = 0; i < d.schema->fields.size(); ++i)
+    append_field(out, d.schema->fields[i], std::to_string(d.values[i]));
   return out;
 }
 

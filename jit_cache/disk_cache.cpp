@@ -77,9 +77,8 @@ int64_t mtime_unix(const fs::path& p) {
 }
 
 bool is_entry_key(const std::string& stem) {
-  return stem.size() == 32 && std::all_of(stem.begin(), stem.end(), [](char c) {
-           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-         });
+  return stem.size() == 32 &&
+         std::all_of(stem.begin(), stem.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
 
 // Every key with a metadata file under root/entries.
@@ -100,18 +99,12 @@ std::vector<std::string> keys_in(const fs::path& root) {
 }  // namespace
 
 nlohmann::json CacheEntryMeta::to_json() const {
-  return {{"format", kFormatVersion},
-          {"key", key},
-          {"descriptor", descriptor},
-          {"descriptor_text", descriptor_text},
-          {"lowered_name", lowered_name},
-          {"threads", threads},
-          {"dynamic_smem", dynamic_smem},
-          {"cluster", cluster},
-          {"cubin_size", cubin_size},
-          {"cubin_checksum", cubin_checksum},
-          {"compile_ms", compile_ms},
-          {"nvrtc_version", nvrtc_version},
+  return {{"format", kFormatVersion},     {"key", key},
+          {"descriptor", descriptor},     {"descriptor_text", descriptor_text},
+          {"lowered_name", lowered_name}, {"threads", threads},
+          {"dynamic_smem", dynamic_smem}, {"cluster", cluster},
+          {"cubin_size", cubin_size},     {"cubin_checksum", cubin_checksum},
+          {"compile_ms", compile_ms},     {"nvrtc_version", nvrtc_version},
           {"created_unix", created_unix}};
 }
 
@@ -368,12 +361,18 @@ uint64_t parse_size(const std::string& text) {
   if (!unit.empty() && (unit.back() == 'B' || unit.back() == 'b')) unit.pop_back();
   if (unit.size() > 1 && (unit.back() == 'i')) unit.pop_back();
   uint64_t mult = 1;
-  if (unit.empty()) mult = 1;
-  else if (unit == "K" || unit == "k") mult = 1ull << 10;
-  else if (unit == "M" || unit == "m") mult = 1ull << 20;
-  else if (unit == "G" || unit == "g") mult = 1ull << 30;
-  else if (unit == "T" || unit == "t") mult = 1ull << 40;
-  else throw_error(CHORD_ERROR_INVALID_ARGUMENT, "size: unknown unit \"{}\" in \"{}\" (use K, M, G, T)", unit, text);
+  if (unit.empty())
+    mult = 1;
+  else if (unit == "K" || unit == "k")
+    mult = 1ull << 10;
+  else if (unit == "M" || unit == "m")
+    mult = 1ull << 20;
+  else if (unit == "G" || unit == "g")
+    mult = 1ull << 30;
+  else if (unit == "T" || unit == "t")
+    mult = 1ull << 40;
+  else
+    throw_error(CHORD_ERROR_INVALID_ARGUMENT, "size: unknown unit \"{}\" in \"{}\" (use K, M, G, T)", unit, text);
   return static_cast<uint64_t>(value) * mult;
 }
 

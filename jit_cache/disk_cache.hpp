@@ -4,12 +4,11 @@
 // Knows nothing about kernel families or NVRTC.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <array>
 #include <atomic>
 #include <cstdint>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>

@@ -1,8 +1,7 @@
 // The C++ API's runtime-level entry points (the operations live in runtime/ops/).
-#include "chordrt/chordrt.hpp"
-
 #include <vector>
 
+#include "chordrt/chordrt.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/jit_runtime.hpp"
 #include "runtime/model_plan.hpp"

@@ -1,8 +1,7 @@
 // The C ABI: argument structs checked, exceptions turned into a status and the thread's last error.
-#include "chordrt/chordrt.h"
-
 #include <new>
 
+#include "chordrt/chordrt.h"
 #include "chordrt/chordrt.hpp"
 #include "runtime/error.hpp"
 
@@ -45,18 +44,30 @@ extern "C" {
 
 CHORD_API const char* chord_status_string(chord_status_t status) {
   switch (status) {
-    case CHORD_SUCCESS: return "CHORD_SUCCESS: no error";
-    case CHORD_ERROR_INVALID_ARGUMENT: return "CHORD_ERROR_INVALID_ARGUMENT: an argument is invalid";
-    case CHORD_ERROR_UNSUPPORTED: return "CHORD_ERROR_UNSUPPORTED: the request is valid but not supported";
-    case CHORD_ERROR_NO_DRIVER: return "CHORD_ERROR_NO_DRIVER: no CUDA driver (compile-only mode)";
-    case CHORD_ERROR_NO_DEVICE: return "CHORD_ERROR_NO_DEVICE: no CUDA device";
-    case CHORD_ERROR_NVRTC_UNAVAILABLE: return "CHORD_ERROR_NVRTC_UNAVAILABLE: libnvrtc could not be loaded";
-    case CHORD_ERROR_COMPILE_FAILED: return "CHORD_ERROR_COMPILE_FAILED: NVRTC could not compile a kernel";
-    case CHORD_ERROR_CAPTURE_MISS: return "CHORD_ERROR_CAPTURE_MISS: kernel not loaded during graph capture";
-    case CHORD_ERROR_STRICT_MISS: return "CHORD_ERROR_STRICT_MISS: kernel not prewarmed (CHORD_JIT_STRICT=1)";
-    case CHORD_ERROR_CUDA: return "CHORD_ERROR_CUDA: a CUDA driver call failed";
-    case CHORD_ERROR_CACHE: return "CHORD_ERROR_CACHE: the kernel cache failed";
-    case CHORD_ERROR_INTERNAL: return "CHORD_ERROR_INTERNAL: internal error";
+    case CHORD_SUCCESS:
+      return "CHORD_SUCCESS: no error";
+    case CHORD_ERROR_INVALID_ARGUMENT:
+      return "CHORD_ERROR_INVALID_ARGUMENT: an argument is invalid";
+    case CHORD_ERROR_UNSUPPORTED:
+      return "CHORD_ERROR_UNSUPPORTED: the request is valid but not supported";
+    case CHORD_ERROR_NO_DRIVER:
+      return "CHORD_ERROR_NO_DRIVER: no CUDA driver (compile-only mode)";
+    case CHORD_ERROR_NO_DEVICE:
+      return "CHORD_ERROR_NO_DEVICE: no CUDA device";
+    case CHORD_ERROR_NVRTC_UNAVAILABLE:
+      return "CHORD_ERROR_NVRTC_UNAVAILABLE: libnvrtc could not be loaded";
+    case CHORD_ERROR_COMPILE_FAILED:
+      return "CHORD_ERROR_COMPILE_FAILED: NVRTC could not compile a kernel";
+    case CHORD_ERROR_CAPTURE_MISS:
+      return "CHORD_ERROR_CAPTURE_MISS: kernel not loaded during graph capture";
+    case CHORD_ERROR_STRICT_MISS:
+      return "CHORD_ERROR_STRICT_MISS: kernel not prewarmed (CHORD_JIT_STRICT=1)";
+    case CHORD_ERROR_CUDA:
+      return "CHORD_ERROR_CUDA: a CUDA driver call failed";
+    case CHORD_ERROR_CACHE:
+      return "CHORD_ERROR_CACHE: the kernel cache failed";
+    case CHORD_ERROR_INTERNAL:
+      return "CHORD_ERROR_INTERNAL: internal error";
   }
   return "unknown chord_status_t value";
 }
@@ -97,7 +108,9 @@ CHORD_API chord_status_t chord_prewarm_model(const char* model, const char* depl
   return guarded([&] {
     if (!model || !deployment || !arch) {
       chordrt::throw_error(CHORD_ERROR_INVALID_ARGUMENT, "chord_prewarm_model: {} is null",
-                           !model ? "model" : !deployment ? "deployment" : "arch");
+                           !model        ? "model"
+                           : !deployment ? "deployment"
+                                         : "arch");
     }
     check_struct(summary, sizeof(chord_prewarm_summary_t), "chord_prewarm_summary_t");
     const auto s = chordrt::prewarm_model(model, deployment, arch);

@@ -29,13 +29,13 @@ Driver load_driver() {
     return d;
   }
   std::string missing;
-#define CHORD_LOAD_FN(name, type)                                                                    \
-  {                                                                                                  \
-    void* fn = nullptr;                                                                              \
-    CUdriverProcAddressQueryResult status{};                                                         \
+#define CHORD_LOAD_FN(name, type)                                                                                \
+  {                                                                                                              \
+    void* fn = nullptr;                                                                                          \
+    CUdriverProcAddressQueryResult status{};                                                                     \
     if (get_proc(#name, &fn, kRequestedApiVersion, CU_GET_PROC_ADDRESS_DEFAULT, &status) != CUDA_SUCCESS || !fn) \
-      missing += " " #name;                                                                          \
-    d.api.name = reinterpret_cast<std::add_pointer_t<type>>(fn);                                                       \
+      missing += " " #name;                                                                                      \
+    d.api.name = reinterpret_cast<std::add_pointer_t<type>>(fn);                                                 \
   }
   CHORD_DRIVER_FUNCTIONS(CHORD_LOAD_FN)
 #undef CHORD_LOAD_FN

@@ -34,7 +34,8 @@ std::vector<std::string> nvrtc_options(const jit::Arch& arch) {
 }
 
 size_t JitRuntime::MemoKeyHash::operator()(const MemoKey& k) const noexcept {
-  return static_cast<size_t>(jit::hash_value(k.descriptor) ^ (reinterpret_cast<uintptr_t>(k.context) * 0x9e3779b97f4a7c15ull));
+  return static_cast<size_t>(jit::hash_value(k.descriptor) ^
+                             (reinterpret_cast<uintptr_t>(k.context) * 0x9e3779b97f4a7c15ull));
 }
 
 JitRuntime::JitRuntime(JitOptions options) : options_(std::move(options)), disk_(options_.cache) {}
@@ -76,7 +77,7 @@ void JitRuntime::record_miss(const jit::Descriptor& d, const char* reason) {
 }
 
 std::shared_ptr<const jit::CacheEntry> JitRuntime::image(const jit::Descriptor& d, bool runtime_miss,
-                                                        EnsureResult* result) {
+                                                         EnsureResult* result) {
   const std::string key = key_of(d);
   if (result) result->key = key;
   {
@@ -204,9 +205,12 @@ const ContextState& JitRuntime::context_for(CUstream stream) {
     check_cuda(api.cuCtxGetDevice(&state->device), "cuCtxGetDevice");
   }
   int major = 0, minor = 0, sms = 0, smem = 0;
-  check_cuda(api.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, state->device), "cuDeviceGetAttribute");
-  check_cuda(api.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, state->device), "cuDeviceGetAttribute");
-  check_cuda(api.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, state->device), "cuDeviceGetAttribute");
+  check_cuda(api.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, state->device),
+             "cuDeviceGetAttribute");
+  check_cuda(api.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, state->device),
+             "cuDeviceGetAttribute");
+  check_cuda(api.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, state->device),
+             "cuDeviceGetAttribute");
   check_cuda(api.cuDeviceGetAttribute(&smem, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, state->device),
              "cuDeviceGetAttribute");
   state->facts.arch = jit::Arch::for_compute_capability(major, minor);

@@ -21,8 +21,8 @@ namespace chordrt {
 
 struct JitOptions {
   jit::DiskCache::Options cache;
-  bool strict = false;            // run-time misses (not in any cache layer) are errors
-  std::string record_misses;      // append run-time misses here as JSON lines
+  bool strict = false;        // run-time misses (not in any cache layer) are errors
+  std::string record_misses;  // append run-time misses here as JSON lines
   static JitOptions from_environment();
 };
 

@@ -2,10 +2,9 @@
 // into the program NVRTC compiles (header, template instantiation, launch shape).
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <array>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <span>
 #include <string>
 #include <string_view>

@@ -1,10 +1,9 @@
 #include "runtime/model_plan.hpp"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <charconv>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "runtime/error.hpp"
 #include "runtime/ops/glue.hpp"
@@ -65,8 +64,8 @@ MoeModelShape resolve_model(std::string_view preset_or_path) {
   if (!in) {
     std::string names;
     for (const auto& p : kPresets) names += " " + p.name;
-    throw_error(CHORD_ERROR_INVALID_ARGUMENT, "model: \"{}\" is neither a preset (known:{}) nor a readable file",
-                path, names);
+    throw_error(CHORD_ERROR_INVALID_ARGUMENT, "model: \"{}\" is neither a preset (known:{}) nor a readable file", path,
+                names);
   }
   nlohmann::json config;
   try {

@@ -33,7 +33,6 @@ std::vector<std::string> model_preset_names();
 MoeModelShape resolve_model(std::string_view preset_or_path);
 
 // Deduplicated, in a stable order.
-std::vector<jit::Descriptor> plan_descriptors(const MoeModelShape& model, const Deployment& deployment,
-                                              jit::Arch arch);
+std::vector<jit::Descriptor> plan_descriptors(const MoeModelShape& model, const Deployment& deployment, jit::Arch arch);
 
 }  // namespace chordrt

@@ -171,8 +171,8 @@ CompileOutput Nvrtc::compile(const std::string& source, const std::string& name_
   auto fail = [&](nvrtcResult r, const char* step) {
     throw_error(CHORD_ERROR_COMPILE_FAILED, "NVRTC {} failed for {}: {}", step, context, a.GetErrorString(r));
   };
-  if (nvrtcResult r = a.CreateProgram(&prog, source.c_str(), "chord_kernel.cu", static_cast<int>(hp.size()),
-                                      hp.data(), hn.data());
+  if (nvrtcResult r =
+          a.CreateProgram(&prog, source.c_str(), "chord_kernel.cu", static_cast<int>(hp.size()), hp.data(), hn.data());
       r != 0) {
     fail(r, "nvrtcCreateProgram");
   }

@@ -1,8 +1,7 @@
 // [gpu] tests of the MoE glue kernels against plain CPU references, on fresh random data with poisoned
 // outputs; CUDA graph capture and replay; the typed error for a miss inside a capture.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <numeric>
 
@@ -100,7 +99,7 @@ TEST_CASE("moe_align matches vLLM's contract", "[gpu][glue]") {
       check_align(5, 8, 384, block, kind, true, rng);
     }
   }
-  check_align(4096, 8, 384, 32, Routing::kUniform, true, rng);  // Kimi EP8-style map
+  check_align(4096, 8, 384, 32, Routing::kUniform, true, rng);   // Kimi EP8-style map
   check_align(2048, 8, 1024, 64, Routing::kUniform, true, rng);  // the 512-thread configuration
   check_align(0, 8, 384, 16, Routing::kUniform, false, rng);     // no tokens: only the padding contract
 }

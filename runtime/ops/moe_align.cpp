@@ -24,8 +24,8 @@ KernelProgram program(const jit::Descriptor& d) {
   }
   KernelProgram p;
   p.header = "glue/moe_align.cuh";
-  p.name_expression = fmt::format("chord::moe_align_kernel<{}, {}, {}, {}>", experts, block,
-                                  has_map ? "true" : "false", threads);
+  p.name_expression =
+      fmt::format("chord::moe_align_kernel<{}, {}, {}, {}>", experts, block, has_map ? "true" : "false", threads);
   p.threads = static_cast<uint32_t>(threads);
   return p;
 }
@@ -78,14 +78,14 @@ void moe_align(const MoeAlignArgs& a, CUstream stream) {
   }
   JitRuntime& rt = JitRuntime::global();
   const ContextState& ctx = rt.context_for(stream);
-  const jit::Descriptor d = ops::moe_align_descriptor(ctx.facts.arch, a.num_experts, a.block_size,
-                                                           a.expert_map != nullptr);
+  const jit::Descriptor d =
+      ops::moe_align_descriptor(ctx.facts.arch, a.num_experts, a.block_size, a.expert_map != nullptr);
   const LoadedKernel& k = rt.kernel(d, ctx, stream);
   const int32_t routes = static_cast<int32_t>(a.num_tokens * a.top_k);
   const int32_t sorted_cap = static_cast<int32_t>(a.sorted_token_ids_capacity);
   const int32_t blocks_cap = static_cast<int32_t>(a.expert_ids_capacity);
-  const void* args[] = {&a.topk_ids, &routes, &a.expert_map, &a.sorted_token_ids, &sorted_cap,
-                        &a.expert_ids, &blocks_cap, &a.num_tokens_post_padded};
+  const void* args[] = {&a.topk_ids, &routes,       &a.expert_map, &a.sorted_token_ids,
+                        &sorted_cap, &a.expert_ids, &blocks_cap,   &a.num_tokens_post_padded};
   launch(ctx, k, {1, 1, 1}, stream, const_cast<void**>(args));
 }
 

@@ -21,8 +21,8 @@ KernelProgram program(const jit::Descriptor& d) {
   }
   KernelProgram p;
   p.header = "glue/moe_combine.cuh";
-  p.name_expression = fmt::format("chord::moe_combine_kernel<{}, {}, {}, {}>", top_k, vec, threads,
-                                  filtered ? "true" : "false");
+  p.name_expression =
+      fmt::format("chord::moe_combine_kernel<{}, {}, {}, {}>", top_k, vec, threads, filtered ? "true" : "false");
   p.threads = static_cast<uint32_t>(threads);
   return p;
 }
@@ -71,7 +71,7 @@ void moe_combine(const MoeCombineArgs& a, CUstream stream) {
   const jit::Descriptor d = ops::moe_combine_descriptor(ctx.facts.arch, a.top_k, a.hidden, filtered);
   const LoadedKernel& k = rt.kernel(d, ctx, stream);
   const auto grid = heuristics::rowwise_grid(a.num_tokens, a.hidden, config);
-  const void* args[] = {&a.expert_rows, &a.topk_weights, &a.output, &a.num_tokens,
+  const void* args[] = {&a.expert_rows, &a.topk_weights, &a.output,     &a.num_tokens,
                         &a.hidden,      &a.topk_ids,     &a.expert_map, &a.num_experts};
   launch(ctx, k, {grid.x, grid.y, 1}, stream, const_cast<void**>(args));
 }

@@ -11,8 +11,7 @@ namespace chordrt::ops {
 inline void require_pointer(const void* p, const char* op, const char* name, unsigned alignment) {
   if (!p) throw_error(CHORD_ERROR_INVALID_ARGUMENT, "{}: {} is null", op, name);
   if (reinterpret_cast<uintptr_t>(p) % alignment != 0) {
-    throw_error(CHORD_ERROR_INVALID_ARGUMENT, "{}: {} must be {}-byte aligned, got address {}", op, name, alignment,
-                p);
+    throw_error(CHORD_ERROR_INVALID_ARGUMENT, "{}: {} must be {}-byte aligned, got address {}", op, name, alignment, p);
   }
 }
 

@@ -1,8 +1,10 @@
 // info, ls, stats, verify, prune, clear.
+#include "tools/chord-jit/commands.hpp"
+
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include "chordrt/chordrt.hpp"
 #include "jit_cache/disk_cache.hpp"
@@ -10,7 +12,6 @@
 #include "runtime/jit_runtime.hpp"
 #include "runtime/kernel_registry.hpp"
 #include "runtime/nvrtc_compiler.hpp"
-#include "tools/chord-jit/commands.hpp"
 
 namespace chordrt::cli {
 
@@ -85,8 +86,8 @@ int run_info(bool as_json) {
   fmt::print("chordrt  {} (ABI {})\n", j["chordrt_version"].get<std::string>(), CHORD_ABI_VERSION);
   fmt::print("nvrtc    {}\n", nvrtc ? fmt::format("{}.{} ({})", nvrtc->major(), nvrtc->minor(), nvrtc->library_path())
                                     : "unavailable: " + why);
-  fmt::print("driver   {}\n", d.state == DriverState::kReady ? fmt::format("{}", d.version)
-                                                             : "none (compile-only mode): " + d.message);
+  fmt::print("driver   {}\n",
+             d.state == DriverState::kReady ? fmt::format("{}", d.version) : "none (compile-only mode): " + d.message);
   for (const auto& dev : j["devices"]) {
     fmt::print("device   {}: {} (sm {}, {} SMs, {})\n", dev["index"].get<int>(), dev["name"].get<std::string>(),
                dev["compute_capability"].get<std::string>(), dev["sm_count"].get<int>(),
@@ -152,8 +153,8 @@ int run_stats(bool as_json) {
     for (const auto& [dir, l] : layers) {
       lj.push_back({{"dir", dir}, {"entries", l.entries}, {"bytes", l.bytes}, {"read_only", l.read_only}});
     }
-    print_json({{"entries", entries.size()}, {"bytes", bytes}, {"invalid", invalid}, {"families", families},
-                {"layers", lj}});
+    print_json(
+        {{"entries", entries.size()}, {"bytes", bytes}, {"invalid", invalid}, {"families", families}, {"layers", lj}});
     return 0;
   }
   fmt::print("{} entries, {}, {} invalid\n", entries.size(), human_bytes(bytes), invalid);

@@ -1,7 +1,7 @@
 // chord-jit: prewarm, inspect, verify, prune and clear chordrt's kernel cache.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <CLI/CLI.hpp>
 #include <cstdlib>
 
 #include "chordrt/chordrt.hpp"

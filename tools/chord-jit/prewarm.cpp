@@ -1,6 +1,7 @@
 // prewarm: plan the descriptors, compile them in -j worker processes, show progress, summarize.
+#include "runtime/prewarm.hpp"
+
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 #include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -8,13 +9,13 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <thread>
 #include <vector>
 
 #include "runtime/error.hpp"
 #include "runtime/kernel_registry.hpp"
 #include "runtime/model_plan.hpp"
-#include "runtime/prewarm.hpp"
 #include "tools/chord-jit/commands.hpp"
 
 namespace chordrt::cli {
@@ -50,7 +51,10 @@ std::vector<jit::Descriptor> read_descriptor_lines(const std::string& path) {
 }
 
 json item_to_json(const PrewarmItem& i) {
-  return {{"descriptor", i.descriptor}, {"ok", i.ok}, {"cached", i.cached}, {"compile_ms", i.compile_ms},
+  return {{"descriptor", i.descriptor},
+          {"ok", i.ok},
+          {"cached", i.cached},
+          {"compile_ms", i.compile_ms},
           {"error", i.error}};
 }
 
@@ -208,10 +212,10 @@ int run_prewarm(const PrewarmRequest& req, bool as_json) {
     for (const auto& f : failures) {
       fmt::print(stderr, "FAILED {}: {}\n", f["descriptor"].get<std::string>(), f["error"].get<std::string>());
     }
-    fmt::print("prewarm: {} kernels: {} compiled, {} already cached, {} failed in {:.2f} s with {} jobs "
-               "(compile median {:.1f} ms, max {:.1f} ms)\n",
-               items.size(), s.compiled, s.cached, s.failed, wall_ms / 1000.0, jobs, s.median_compile_ms,
-               s.max_compile_ms);
+    fmt::print(
+        "prewarm: {} kernels: {} compiled, {} already cached, {} failed in {:.2f} s with {} jobs "
+        "(compile median {:.1f} ms, max {:.1f} ms)\n",
+        items.size(), s.compiled, s.cached, s.failed, wall_ms / 1000.0, jobs, s.median_compile_ms, s.max_compile_ms);
   }
   return s.failed > 0 ? 1 : 0;
 }

@@ -30,16 +30,16 @@ typedef struct CUstream_st* CUstream;
 
 typedef enum chord_status {
   CHORD_SUCCESS = 0,
-  CHORD_ERROR_INVALID_ARGUMENT = 1, /* null pointer, bad shape, misalignment, bad option struct */
-  CHORD_ERROR_UNSUPPORTED = 2,      /* valid request this build or device cannot serve */
-  CHORD_ERROR_NO_DRIVER = 3,        /* compile-only mode: no usable libcuda.so.1 */
-  CHORD_ERROR_NO_DEVICE = 4,        /* driver present but no CUDA device / context */
-  CHORD_ERROR_NVRTC_UNAVAILABLE = 5,/* libnvrtc could not be loaded */
-  CHORD_ERROR_COMPILE_FAILED = 6,   /* NVRTC rejected a kernel; the message carries its log */
-  CHORD_ERROR_CAPTURE_MISS = 7,     /* kernel not loaded while the stream is capturing a graph */
-  CHORD_ERROR_STRICT_MISS = 8,      /* CHORD_JIT_STRICT=1 and the kernel is in no cache layer */
-  CHORD_ERROR_CUDA = 9,             /* a CUDA driver call failed */
-  CHORD_ERROR_CACHE = 10,           /* the cache could not be read or written where it had to be */
+  CHORD_ERROR_INVALID_ARGUMENT = 1,  /* null pointer, bad shape, misalignment, bad option struct */
+  CHORD_ERROR_UNSUPPORTED = 2,       /* valid request this build or device cannot serve */
+  CHORD_ERROR_NO_DRIVER = 3,         /* compile-only mode: no usable libcuda.so.1 */
+  CHORD_ERROR_NO_DEVICE = 4,         /* driver present but no CUDA device / context */
+  CHORD_ERROR_NVRTC_UNAVAILABLE = 5, /* libnvrtc could not be loaded */
+  CHORD_ERROR_COMPILE_FAILED = 6,    /* NVRTC rejected a kernel; the message carries its log */
+  CHORD_ERROR_CAPTURE_MISS = 7,      /* kernel not loaded while the stream is capturing a graph */
+  CHORD_ERROR_STRICT_MISS = 8,       /* CHORD_JIT_STRICT=1 and the kernel is in no cache layer */
+  CHORD_ERROR_CUDA = 9,              /* a CUDA driver call failed */
+  CHORD_ERROR_CACHE = 10,            /* the cache could not be read or written where it had to be */
   CHORD_ERROR_INTERNAL = 11
 } chord_status_t;
 
@@ -51,15 +51,15 @@ CHORD_API int chord_abi_version(void);
 
 typedef struct chord_runtime_info {
   size_t struct_size;
-  int driver_available;   /* 0 in compile-only mode */
-  int driver_version;     /* e.g. 13000; 0 when absent */
+  int driver_available; /* 0 in compile-only mode */
+  int driver_version;   /* e.g. 13000; 0 when absent */
   int device_count;
   int nvrtc_major, nvrtc_minor; /* 0 when libnvrtc is missing */
-  int cache_memory_only;  /* 1 when the disk cache is unusable and kernels live in memory only */
-  const char* cache_dir;  /* primary cache directory; valid for the life of the process */
-  uint64_t kernels_compiled; /* NVRTC compiles done by this process */
-  uint64_t disk_hits;        /* kernels loaded from a disk cache layer */
-  uint64_t kernels_loaded;   /* (context, kernel) pairs loaded into the memo */
+  int cache_memory_only;        /* 1 when the disk cache is unusable and kernels live in memory only */
+  const char* cache_dir;        /* primary cache directory; valid for the life of the process */
+  uint64_t kernels_compiled;    /* NVRTC compiles done by this process */
+  uint64_t disk_hits;           /* kernels loaded from a disk cache layer */
+  uint64_t kernels_loaded;      /* (context, kernel) pairs loaded into the memo */
 } chord_runtime_info_t;
 CHORD_API chord_status_t chord_get_runtime_info(chord_runtime_info_t* info);
 
@@ -121,7 +121,7 @@ CHORD_API chord_status_t chord_moe_combine(const void* expert_rows, const float*
                                            const chord_moe_combine_options_t* options, CUstream stream);
 
 #ifdef __cplusplus
-}  /* extern "C" */
+} /* extern "C" */
 #endif
 
 #endif /* CHORDRT_H_ */

@@ -45,8 +45,7 @@ CHORD_API PrewarmSummary prewarm_model(std::string_view model, std::string_view 
 
 // ---- MoE glue -------------------------------------------------------------------------------------
 
-CHORD_API int64_t moe_align_sorted_capacity(int64_t num_tokens, int32_t top_k, int32_t num_experts,
-                                            int32_t block_size);
+CHORD_API int64_t moe_align_sorted_capacity(int64_t num_tokens, int32_t top_k, int32_t num_experts, int32_t block_size);
 
 struct MoeAlignArgs {
   const int32_t* topk_ids = nullptr;  // [num_tokens, top_k]
@@ -72,13 +71,13 @@ struct SiluAndMulArgs {
 CHORD_API void silu_and_mul(const SiluAndMulArgs& args, CUstream stream);
 
 struct MoeCombineArgs {
-  const void* expert_rows = nullptr;     // [num_tokens*top_k, hidden] BF16
-  const float* topk_weights = nullptr;   // [num_tokens, top_k]
-  void* output = nullptr;                // [num_tokens, hidden] BF16
+  const void* expert_rows = nullptr;    // [num_tokens*top_k, hidden] BF16
+  const float* topk_weights = nullptr;  // [num_tokens, top_k]
+  void* output = nullptr;               // [num_tokens, hidden] BF16
   int64_t num_tokens = 0;
   int32_t top_k = 0;
   int64_t hidden = 0;
-  const int32_t* topk_ids = nullptr;     // optional EP filter, with expert_map
+  const int32_t* topk_ids = nullptr;  // optional EP filter, with expert_map
   const int32_t* expert_map = nullptr;
   int32_t num_experts = 0;
 };
