@@ -14,7 +14,8 @@ Arch Arch::parse(std::string_view text) {
   if (rest.starts_with("sm_")) rest.remove_prefix(3);
   Arch arch;
   size_t digits = 0;
-  while (digits < rest.size() && rest[digits] >= '0' && rest[digits] <= '9') {
+  // At most 4 digits are read (4 is already too many), so a long digit string cannot overflow sm.
+  while (digits < rest.size() && digits < 4 && rest[digits] >= '0' && rest[digits] <= '9') {
     arch.sm = arch.sm * 10 + (rest[digits] - '0');
     ++digits;
   }

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 
 #include "jit_cache/cache_key.hpp"
 #include "runtime/error.hpp"
@@ -353,6 +354,8 @@ uint64_t parse_size(const std::string& text) {
   size_t pos = 0;
   unsigned long long value = 0;
   try {
+    // stoull skips leading blanks and accepts a sign ("-1" would wrap to 2^64-1): digits only.
+    if (text.empty() || text[0] < '0' || text[0] > '9') throw std::invalid_argument("not a number");
     value = std::stoull(text, &pos);
   } catch (const std::exception&) {
     throw_error(CHORD_ERROR_INVALID_ARGUMENT, "size: expected a number like 512M or 2G, got \"{}\"", text);
@@ -373,6 +376,9 @@ uint64_t parse_size(const std::string& text) {
     mult = 1ull << 40;
   else
     throw_error(CHORD_ERROR_INVALID_ARGUMENT, "size: unknown unit \"{}\" in \"{}\" (use K, M, G, T)", unit, text);
+  if (value > UINT64_MAX / mult) {
+    throw_error(CHORD_ERROR_INVALID_ARGUMENT, "size: \"{}\" does not fit in 64 bits", text);
+  }
   return static_cast<uint64_t>(value) * mult;
 }
 

@@ -87,9 +87,10 @@ CHORD_API chord_status_t chord_get_runtime_info(chord_runtime_info_t* info) {
   return guarded([&] {
     if (!info) chordrt::throw_error(CHORD_ERROR_INVALID_ARGUMENT, "chord_get_runtime_info: info is null");
     check_struct(info, sizeof(chord_runtime_info_t), "chord_runtime_info_t");
-    static std::string cache_dir;  // the primary directory is fixed for the life of the process
     const auto r = chordrt::runtime_info();
-    cache_dir = r.cache_dir;
+    // Initialized once: the primary directory is fixed for the life of the process, and assigning it on
+    // every call would be a data race between threads calling this concurrently.
+    static const std::string cache_dir = r.cache_dir;
     info->driver_available = r.driver_available;
     info->driver_version = r.driver_version;
     info->device_count = r.device_count;

@@ -55,7 +55,9 @@ int64_t moe_align_sorted_capacity(int64_t num_tokens, int32_t top_k, int32_t num
 
 void moe_align(const MoeAlignArgs& a, CUstream stream) {
   constexpr const char* op = "moe_align";
-  ops::require_pointer(a.topk_ids, op, "topk_ids", 4);
+  // With no tokens topk_ids is never read (an empty tensor may have a null data pointer); the outputs
+  // are still written.
+  if (a.num_tokens != 0 || a.topk_ids) ops::require_pointer(a.topk_ids, op, "topk_ids", 4);
   ops::require_pointer(a.sorted_token_ids, op, "sorted_token_ids", 4);
   ops::require_pointer(a.expert_ids, op, "expert_ids", 4);
   ops::require_pointer(a.num_tokens_post_padded, op, "num_tokens_post_padded", 4);

@@ -49,6 +49,7 @@ void moe_combine(const MoeCombineArgs& a, CUstream stream) {
   ops::require_range(a.num_tokens, 0, INT32_MAX, op, "num_tokens");
   ops::require_range(a.top_k, 1, ops::kMaxTopK, op, "top_k");
   ops::require_range(a.hidden, 1, INT32_MAX, op, "hidden");
+  if (a.num_tokens == 0) return;  // nothing is read or written: empty tensors may have null pointers
   const auto config = heuristics::select_rowwise(a.hidden);
   const unsigned align = 2u * static_cast<unsigned>(config.vec);
   ops::require_pointer(a.expert_rows, op, "expert_rows", align);
@@ -65,7 +66,6 @@ void moe_combine(const MoeCombineArgs& a, CUstream stream) {
     ops::require_pointer(a.expert_map, op, "expert_map", 4);
     ops::require_range(a.num_experts, 1, INT32_MAX, op, "num_experts");
   }
-  if (a.num_tokens == 0) return;
   JitRuntime& rt = JitRuntime::global();
   const ContextState& ctx = rt.context_for(stream);
   const jit::Descriptor d = ops::moe_combine_descriptor(ctx.facts.arch, a.top_k, a.hidden, filtered);

@@ -45,12 +45,12 @@ void silu_and_mul(const SiluAndMulArgs& a, CUstream stream) {
   constexpr const char* op = "silu_and_mul";
   ops::require_range(a.rows, 0, INT64_MAX / 4, op, "rows");
   ops::require_range(a.intermediate, 1, INT32_MAX, op, "intermediate");
+  if (a.rows == 0) return;  // nothing is read or written: empty tensors may have null pointers
   const auto config = heuristics::select_rowwise(a.intermediate);
   // Vector accesses need the row starts aligned to the vector width.
   const unsigned align = 2u * static_cast<unsigned>(config.vec);
   ops::require_pointer(a.input, op, "input", align);
   ops::require_pointer(a.output, op, "output", align);
-  if (a.rows == 0) return;
   JitRuntime& rt = JitRuntime::global();
   const ContextState& ctx = rt.context_for(stream);
   const jit::Descriptor d = ops::silu_and_mul_descriptor(ctx.facts.arch, a.intermediate);

@@ -105,6 +105,8 @@ int run_ls(bool as_json) {
   for (const auto& e : entries) {
     list.push_back({{"key", e.key},
                     {"descriptor", e.meta ? e.meta->descriptor_text : ""},
+                    // the {"family", "arch", "fields"} form that prewarm --descriptors reads
+                    {"descriptor_json", e.meta ? e.meta->descriptor : json()},
                     {"family", family_of_entry(e)},
                     {"layer", e.layer.string()},
                     {"bytes", e.bytes},

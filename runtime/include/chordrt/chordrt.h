@@ -76,7 +76,9 @@ CHORD_API chord_status_t chord_prewarm_model(const char* model, const char* depl
 
 /* ---- MoE glue ------------------------------------------------------------------------------------- */
 
-/* Capacity (elements) sorted_token_ids needs: num_tokens*top_k + num_experts*(block_size-1). */
+/* Capacity (elements) sorted_token_ids needs: routes + min(routes, num_experts)*(block_size-1), where
+ * routes = num_tokens*top_k (each non-empty expert pads at most block_size-1 slots). vLLM's bound,
+ * routes + num_experts*(block_size-1), is never smaller, so buffers sized by it are accepted too. */
 CHORD_API int64_t chord_moe_align_sorted_capacity(int64_t num_tokens, int32_t top_k, int32_t num_experts,
                                                   int32_t block_size);
 

@@ -1,0 +1,682 @@
+"""The ctypes binding against the built library; CPU only (no GPU, no driver, no torch needed).
+
+Calls that pass device addresses are ones validation must reject before any launch (or, only without a
+driver, complete calls that must report NO_DRIVER); see conftest.device_addresses.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO_ROOT, child_env, parse_header_enum
+
+INVALID = 1  # CHORD_ERROR_INVALID_ARGUMENT, checked against the header below
+
+
+def raises_invalid(fn, *args, **kwargs):
+    """Calls fn, expects ChordError(INVALID_ARGUMENT) and returns its message."""
+    import chordrt
+
+    with pytest.raises(chordrt.ChordError) as excinfo:
+        fn(*args, **kwargs)
+    err = excinfo.value
+    assert err.status == chordrt.Status.INVALID_ARGUMENT, f"{err!r}"
+    assert isinstance(err.status, chordrt.Status)
+    assert err.message, "an error without a message"
+    return err.message
+
+
+# ---- loading --------------------------------------------------------------------------------------
+
+
+def test_library_loads(chord):
+    path = chord.library_path()
+    assert Path(path).exists(), path
+    if os.environ.get("CHORDRT_LIBRARY"):
+        assert path == os.environ["CHORDRT_LIBRARY"]
+    assert isinstance(chord.lib(), ctypes.CDLL)
+
+
+def test_library_candidates_explicit_env_wins(chord, tmp_path):
+    (tmp_path / "build").mkdir()
+    (tmp_path / "build" / "libchordrt.so").write_bytes(b"")
+    assert chord.library_candidates({"CHORDRT_LIBRARY": "/opt/x/libchordrt.so"}, tmp_path) == ["/opt/x/libchordrt.so"]
+
+
+def test_library_candidates_build_trees_newest_first(chord, tmp_path):
+    now = time.time()
+    for name, age in (("build-old", 300), ("build", 100), ("build-new", 0)):
+        (tmp_path / name).mkdir()
+        lib = tmp_path / name / "libchordrt.so"
+        lib.write_bytes(b"")
+        os.utime(lib, (now - age, now - age))
+    (tmp_path / "build-empty").mkdir()
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "libchordrt.so").write_bytes(b"")
+    got = chord.library_candidates({}, tmp_path)
+    expected = [str(tmp_path / n / "libchordrt.so") for n in ("build-new", "build", "build-old")]
+    assert got[:3] == expected
+    assert all("other" not in p and "build-empty" not in p for p in got)
+
+
+def test_missing_library_raises_a_clear_error(python_runner, tmp_path):
+    not_a_library = tmp_path / "libchordrt.so"
+    not_a_library.write_text("not an ELF file")
+    for path in (tmp_path / "nowhere" / "libchordrt.so", not_a_library):
+        code = textwrap.dedent(
+            """
+            import json, chordrt
+            try:
+                chordrt.version()
+            except chordrt.LibraryNotFoundError as e:
+                print(json.dumps({"os": isinstance(e, OSError), "chord": isinstance(e, chordrt.ChordError),
+                                  "message": str(e)}))
+            else:
+                print(json.dumps(None))
+            """
+        )
+        r = python_runner(code, CHORDRT_LIBRARY=path).result
+        assert r is not None, "a missing library went unnoticed"
+        assert r["os"] and r["chord"]
+        assert str(path) in r["message"] and "CHORDRT_LIBRARY" in r["message"]
+
+
+def test_import_does_not_need_torch(python_runner):
+    code = textwrap.dedent(
+        """
+        import json, sys, chordrt
+        chordrt.runtime_info()
+        try:
+            chordrt.moe_align(0, 8, 16, num_tokens=1, top_k=1, sorted_token_ids_capacity=0, expert_ids_capacity=0)
+        except chordrt.ChordError:
+            pass
+        print(json.dumps("torch" in sys.modules))
+        """
+    )
+    assert python_runner(code).result is False
+
+
+# ---- versions, statuses, declarations -------------------------------------------------------------
+
+
+def test_version_matches_the_cmake_project(chord):
+    text = (REPO_ROOT / "CMakeLists.txt").read_text()
+    m = re.search(r"project\(\s*chordrt\s+VERSION\s+(\d+)\.(\d+)\.(\d+)", text)
+    assert m, "no project(chordrt VERSION ...) in CMakeLists.txt"
+    assert chord.version() == tuple(int(x) for x in m.groups())
+    assert all(isinstance(x, int) for x in chord.version())
+
+
+def test_abi_version_matches_the_header(chord, header_text):
+    m = re.search(r"#define\s+CHORD_ABI_VERSION\s+(\d+)", header_text)
+    assert m
+    assert chord.abi_version() == int(m.group(1)) == chord.ABI_VERSION
+
+
+def test_status_enum_mirrors_the_header(chord, header_text):
+    header = parse_header_enum(header_text)
+    assert header["CHORD_ERROR_INVALID_ARGUMENT"] == INVALID
+    assert {s.c_name: int(s) for s in chord.Status} == header
+
+
+def test_status_strings_are_distinct_and_named(chord):
+    strings = {s: chord.status_string(s) for s in chord.Status}
+    assert len(set(strings.values())) == len(strings)
+    for s, text in strings.items():
+        assert text.startswith(s.c_name), (s, text)
+        assert len(text) > len(s.c_name) + 2, f"{s.c_name} has no description"
+    unknown = chord.status_string(999)
+    assert unknown and unknown not in strings.values()
+
+
+def _header_functions(header_text):
+    text = re.sub(r"/\*.*?\*/", "", header_text, flags=re.S)
+    out = {}
+    for ret, name, params in re.findall(r"CHORD_API\s+([\w\s\*]+?)\s*\b(chord_\w+)\s*\(([^)]*)\)\s*;", text, re.S):
+        params = " ".join(params.split())
+        out[name] = (" ".join(ret.split()), [] if params in ("", "void") else params.split(","))
+    return out
+
+
+def test_every_header_function_is_declared(chord, header_text):
+    functions = _header_functions(header_text)
+    assert len(functions) >= 10
+    assert set(functions) == set(chord.FUNCTIONS)
+    lib = chord.lib()
+    for name, (ret, params) in functions.items():
+        fn = getattr(lib, name)
+        assert fn.argtypes is not None and len(fn.argtypes) == len(params), name
+        restype, _ = chord.FUNCTIONS[name]
+        assert fn.restype is restype, name
+        if ret == "void":
+            assert restype is None, name
+        elif ret == "chord_status_t":
+            assert restype is ctypes.c_int, name
+        elif ret == "int64_t":
+            assert restype is ctypes.c_int64, name
+        elif ret == "int":
+            assert restype is ctypes.c_int, name
+        elif ret == "const char*":
+            assert restype is ctypes.c_char_p, name
+        else:
+            pytest.fail(f"{name}: return type {ret!r} not covered by this test")
+
+
+def _header_structs(header_text):
+    text = re.sub(r"/\*.*?\*/", "", header_text, flags=re.S)
+    out = {}
+    for body, name in re.findall(r"typedef struct \w+ \{(.*?)\} (\w+);", text, re.S):
+        fields = []
+        for decl in body.split(";"):
+            decl = " ".join(decl.split())
+            if not decl:
+                continue
+            first, *rest = decl.split(",")
+            fields.append(first.split()[-1].lstrip("*"))
+            fields += [r.strip().lstrip("*") for r in rest]
+        out[name] = fields
+    return out
+
+
+def test_every_header_struct_is_mirrored(chord, header_text):
+    structs = _header_structs(header_text)
+    assert set(structs) == set(chord.STRUCTS)
+    for name, fields in structs.items():
+        mirror = chord.STRUCTS[name]
+        assert [f[0] for f in mirror._fields_] == fields, name
+        assert fields[0] == "struct_size"
+
+
+def test_struct_size_is_set_automatically(chord):
+    for mirror in chord.STRUCTS.values():
+        assert mirror().struct_size == ctypes.sizeof(mirror)
+        assert mirror(struct_size=3).struct_size == 3
+
+
+def _bad_struct_message(chord, c_name, size):
+    """The library's message for a call whose struct `c_name` claims `size` bytes."""
+    lib = chord.lib()
+    s = chord.STRUCTS[c_name](struct_size=size)
+    if c_name == "chord_runtime_info_t":
+        status = lib.chord_get_runtime_info(ctypes.byref(s))
+    elif c_name == "chord_prewarm_summary_t":
+        status = lib.chord_prewarm_model(b"kimi-k2", b"tp8", b"sm_90a", ctypes.byref(s))
+    elif c_name == "chord_moe_align_options_t":
+        status = lib.chord_moe_align(None, 1, 1, 8, 16, None, 0, None, 0, None, ctypes.byref(s), None)
+    else:
+        status = lib.chord_moe_combine(None, None, None, 1, 1, 8, ctypes.byref(s), None)
+    assert status == INVALID, (c_name, size, status)
+    return chord.last_error()
+
+
+@pytest.mark.parametrize(
+    "c_name",
+    ["chord_runtime_info_t", "chord_prewarm_summary_t", "chord_moe_align_options_t", "chord_moe_combine_options_t"],
+)
+def test_bad_struct_size_is_rejected_naming_the_struct(chord, c_name):
+    mirror = chord.STRUCTS[c_name]
+    for size in (0, ctypes.sizeof(mirror) - 1, ctypes.sizeof(mirror) + 8):
+        msg = _bad_struct_message(chord, c_name, size)
+        assert c_name in msg and "struct_size" in msg, msg
+        # The library states the sizes it accepts: they must include this binding's mirror.
+        m = re.search(r"\[(\d+), (\d+)\]", msg)
+        assert m, msg
+        assert int(m.group(1)) <= ctypes.sizeof(mirror) <= int(m.group(2)), (c_name, msg)
+        assert str(size) in msg
+
+
+def test_struct_layouts_match_a_c_compiler(chord, tmp_path):
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if not cc:
+        pytest.skip("no C compiler")
+    lines = ["#include <stddef.h>", "#include <stdio.h>", "#include <chordrt/chordrt.h>", "int main(void) {"]
+    expected = []
+    for c_name, mirror in chord.STRUCTS.items():
+        lines.append(f'  printf("%zu\\n", sizeof({c_name}));')
+        expected.append(ctypes.sizeof(mirror))
+        for field, _ in mirror._fields_:
+            lines.append(f'  printf("%zu\\n", offsetof({c_name}, {field}));')
+            expected.append(getattr(mirror, field).offset)
+    lines += ["  return 0;", "}"]
+    src = tmp_path / "layout.c"
+    src.write_text("\n".join(lines) + "\n")
+    exe = tmp_path / "layout"
+    subprocess.run([cc, "-std=c11", "-I", str(REPO_ROOT / "runtime" / "include"), str(src), "-o", str(exe)], check=True)
+    got = [int(x) for x in subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split()]
+    assert got == expected
+
+
+# ---- errors and last_error ------------------------------------------------------------------------
+
+
+def test_chord_error_carries_status_and_last_error(chord):
+    with pytest.raises(chord.ChordError) as excinfo:
+        chord.prewarm_model("no-such-model", "tp8")
+    e = excinfo.value
+    assert e.status is chord.Status.INVALID_ARGUMENT
+    assert e.message == chord.last_error()
+    assert "no-such-model" in e.message
+    assert "CHORD_ERROR_INVALID_ARGUMENT" in str(e)
+
+
+def test_last_error_is_per_thread(chord):
+    assert chord.lib().chord_get_runtime_info(None) == INVALID
+    main_message = chord.last_error()
+    assert "info" in main_message
+    seen = {}
+
+    def other():
+        seen["before"] = chord.last_error()
+        try:
+            chord.prewarm_model("thread-model", "tp8")
+        except chord.ChordError as e:
+            seen["after"] = e.message
+
+    t = threading.Thread(target=other)
+    t.start()
+    t.join()
+    assert seen["before"] == ""
+    assert "thread-model" in seen["after"]
+    assert chord.last_error() == main_message
+
+
+def test_null_and_odd_arguments_of_the_runtime_calls(chord):
+    lib = chord.lib()
+    assert lib.chord_get_runtime_info(None) == INVALID
+    assert "info is null" in chord.last_error()
+    lib.chord_get_version(None, None, None)  # must not crash
+    for i, name in enumerate(("model", "deployment", "arch")):
+        args = [b"kimi-k2", b"tp8", b"sm_90a"]
+        args[i] = None
+        assert lib.chord_prewarm_model(*args, None) == INVALID
+        assert f"{name} is null" in chord.last_error()
+
+
+@pytest.mark.parametrize(
+    "model, deployment, arch, words",
+    [
+        ("no-such-model", "tp8", "sm_90a", ["no-such-model", "kimi-k2"]),
+        ("kimi-k2", "xp8", "sm_90a", ["deployment", "xp8"]),
+        ("kimi-k2", "tp", "sm_90a", ["deployment"]),
+        ("kimi-k2", "tp3", "sm_90a", ["divisible", "3"]),
+        ("kimi-k2", "ep7", "sm_90a", ["divisible", "7"]),
+        ("kimi-k2", "tp8", "sm_banana", ["sm_banana"]),
+    ],
+)
+def test_prewarm_rejects_bad_requests(chord, model, deployment, arch, words):
+    msg = raises_invalid(chord.prewarm_model, model, deployment, arch)
+    for w in words:
+        assert w in msg, msg
+
+
+def test_prewarm_rejects_incomplete_config(chord, tmp_path):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"hidden_size": 1024, "n_routed_experts": 64, "num_experts_per_tok": 4}))
+    msg = raises_invalid(chord.prewarm_model, str(cfg), "tp1")
+    assert "moe_intermediate_size" in msg and str(cfg) in msg
+    cfg.write_text("{not json")
+    assert str(cfg) in raises_invalid(chord.prewarm_model, cfg, "tp1")
+
+
+def test_prewarm_compile_failure_carries_the_summary(chord, needs_nvrtc):
+    # sm_70 is a valid arch name that NVRTC 13 no longer targets: every kernel fails to compile.
+    try:
+        s = chord.prewarm_model("kimi-k2", "tp8", "sm_70")
+    except chord.ChordError as e:
+        assert e.status is chord.Status.COMPILE_FAILED
+        assert e.summary is not None and e.summary["failed"] == e.summary["total"] > 0
+        assert e.summary["compiled"] == 0
+        assert str(e.summary["failed"]) in e.message
+    else:
+        assert s["failed"] == 0
+        pytest.skip("this NVRTC still compiles for sm_70: no compile failure to provoke")
+
+
+# ---- runtime_info ---------------------------------------------------------------------------------
+
+
+def test_runtime_info(chord, info):
+    assert set(info) == {
+        "driver_available",
+        "driver_version",
+        "device_count",
+        "nvrtc_available",
+        "nvrtc_major",
+        "nvrtc_minor",
+        "cache_memory_only",
+        "cache_dir",
+        "kernels_compiled",
+        "disk_hits",
+        "kernels_loaded",
+    }
+    assert isinstance(info["driver_available"], bool) and isinstance(info["cache_memory_only"], bool)
+    for k in ("driver_version", "device_count", "nvrtc_major", "nvrtc_minor", "kernels_compiled", "disk_hits"):
+        assert isinstance(info[k], int) and info[k] >= 0, k
+    if info["driver_available"]:
+        assert info["driver_version"] >= 12000
+    else:
+        assert info["device_count"] == 0
+    assert info["nvrtc_available"] == (info["nvrtc_major"] > 0)
+    if info["nvrtc_available"]:
+        assert info["nvrtc_major"] >= 12
+    assert os.path.realpath(info["cache_dir"]) == os.path.realpath(os.environ["CHORD_CACHE_DIR"])
+    assert not info["cache_memory_only"]
+
+
+def test_unusable_cache_dir_is_memory_only(python_runner, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    code = "import json, chordrt; print(json.dumps(chordrt.runtime_info()))"
+    r = python_runner(code, CHORD_CACHE_DIR=blocker / "cache").result
+    assert r["cache_memory_only"] is True
+    assert r["cache_dir"] == str(blocker / "cache")
+
+
+# ---- prewarm (in child processes: the runtime reads CHORD_CACHE_DIR once per process) -------------
+
+PREWARM = textwrap.dedent(
+    """
+    import json, sys, chordrt
+    s = chordrt.prewarm_model(sys.argv[1] if len(sys.argv) > 1 else {model!r}, {deployment!r}, {arch!r})
+    print(json.dumps({{"summary": s, "info": chordrt.runtime_info()}}))
+    """
+)
+
+
+def prewarm_in_child(runner, model, deployment, cache_dir, arch="sm_90a", **env):
+    return runner(PREWARM.format(model=str(model), deployment=deployment, arch=arch), CHORD_CACHE_DIR=cache_dir, **env).result
+
+
+def _entries(cache_dir):
+    return sorted(p.stem for p in Path(cache_dir).glob("entries/*/*.cubin"))
+
+
+def test_prewarm_compiles_then_hits_the_disk_cache(python_runner, needs_nvrtc, tmp_path):
+    cache = tmp_path / "cache"
+    first = prewarm_in_child(python_runner, "kimi-k2", "ep8", cache)
+    s = first["summary"]
+    assert s["compiled"] > 0 and s["cached"] == 0 and s["failed"] == 0
+    assert s["total"] == s["compiled"]
+    assert 0 < s["median_compile_ms"] <= s["max_compile_ms"]
+    assert first["info"]["kernels_compiled"] == s["compiled"]
+    assert len(_entries(cache)) == s["compiled"]
+    for key in _entries(cache):
+        assert (cache / "entries" / key[:2] / f"{key}.json").exists()
+
+    second = prewarm_in_child(python_runner, "kimi-k2", "ep8", cache)
+    s2 = second["summary"]
+    assert s2["compiled"] == 0 and s2["failed"] == 0
+    assert s2["cached"] == s["compiled"]
+    assert second["info"]["kernels_compiled"] == 0
+    assert second["info"]["disk_hits"] == s["compiled"]
+    assert len(_entries(cache)) == s["compiled"]
+
+
+def test_prewarm_from_config_json_and_read_only_layer(python_runner, needs_nvrtc, tmp_path):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(
+        json.dumps(
+            {
+                "architectures": ["SomeMoeForCausalLM"],
+                "text_config": {
+                    "hidden_size": 2048,
+                    "moe_intermediate_size": 1408,
+                    "num_experts": 64,
+                    "num_experts_per_tok": 6,
+                },
+            }
+        )
+    )
+    layer = tmp_path / "layer"
+    s = prewarm_in_child(python_runner, cfg, "tp2", layer)["summary"]
+    assert s["compiled"] > 0 and s["failed"] == 0
+    # A fresh primary directory with the first one as a read-only layer: everything is found there.
+    primary = tmp_path / "primary"
+    r = prewarm_in_child(python_runner, cfg, "tp2", primary, CHORD_CACHE_PATH=layer)
+    assert r["summary"]["compiled"] == 0 and r["summary"]["cached"] == s["compiled"]
+    assert _entries(primary) == []
+
+
+def test_concurrent_prewarms_compile_each_kernel_once(python_runner, needs_nvrtc, tmp_path):
+    cache = tmp_path / "cache"
+    code = PREWARM.format(model="deepseek-v3", deployment="tp4", arch="sm_90a")
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code], env=child_env(CHORD_CACHE_DIR=cache), stdout=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    results = []
+    for p in procs:
+        out, _ = p.communicate(timeout=120)
+        assert p.returncode == 0
+        results.append(json.loads(out.strip().splitlines()[-1])["summary"])
+    total = results[0]["total"]
+    assert total > 0 and results[1]["total"] == total
+    assert all(r["failed"] == 0 for r in results)
+    assert results[0]["compiled"] + results[1]["compiled"] == total
+    assert results[0]["cached"] + results[1]["cached"] == total
+    assert len(_entries(cache)) == total
+
+
+# ---- MoE ops: argument validation (raw device addresses) -------------------------------------------
+
+
+def _align_args(chord, ptr, **over):
+    a = dict(num_tokens=4, top_k=2, num_experts=8, block_size=16)
+    a.update({k: v for k, v in over.items() if k in a})
+    cap = chord.moe_align_sorted_capacity(a["num_tokens"], a["top_k"], max(a["num_experts"], 1), max(a["block_size"], 1))
+    blocks = -(-cap // max(a["block_size"], 1))
+    p = ptr(4)
+    args = dict(
+        topk_ids=p[0],
+        sorted_token_ids=p[1],
+        expert_ids=p[2],
+        num_tokens_post_padded=p[3],
+        sorted_token_ids_capacity=cap,
+        expert_ids_capacity=blocks,
+        **a,
+    )
+    args.update(over)
+    topk = args.pop("topk_ids")
+    e = args.pop("num_experts")
+    b = args.pop("block_size")
+    return (topk, e, b), args
+
+
+@pytest.mark.parametrize("name", ["topk_ids", "sorted_token_ids", "expert_ids", "num_tokens_post_padded"])
+def test_moe_align_null_pointers(chord, device_addresses, name):
+    pos, kw = _align_args(chord, device_addresses, **{name: 0})
+    msg = raises_invalid(chord.moe_align, *pos, **kw)
+    assert f"{name} is null" in msg, msg
+
+
+@pytest.mark.parametrize("name", ["topk_ids", "sorted_token_ids", "expert_ids", "num_tokens_post_padded", "expert_map"])
+def test_moe_align_misaligned_pointers(chord, device_addresses, name):
+    pos, kw = _align_args(chord, device_addresses)
+    if name == "topk_ids":
+        pos = (pos[0] + 2,) + pos[1:]
+    elif name == "expert_map":
+        kw["expert_map"] = device_addresses() + 2
+    else:
+        kw[name] += 2
+    msg = raises_invalid(chord.moe_align, *pos, **kw)
+    assert name in msg and "aligned" in msg, msg
+
+
+@pytest.mark.parametrize(
+    "over, word",
+    [
+        ({"top_k": 0}, "top_k"),
+        ({"top_k": 65}, "top_k"),
+        ({"num_experts": 0}, "num_experts"),
+        ({"num_experts": 1025}, "num_experts"),
+        ({"block_size": 0}, "block_size"),
+        ({"block_size": 1025}, "block_size"),
+        ({"num_tokens": -1}, "num_tokens"),
+        ({"num_tokens": 1 << 30}, "num_tokens"),
+    ],
+)
+def test_moe_align_bad_shapes(chord, device_addresses, over, word):
+    pos, kw = _align_args(chord, device_addresses, **over)
+    msg = raises_invalid(chord.moe_align, *pos, **kw)
+    assert word in msg, msg
+
+
+def test_moe_align_capacity_checks_agree_with_the_capacity_function(chord, device_addresses):
+    for m, k, e, b in ((4, 2, 8, 16), (1, 1, 384, 64), (8192, 8, 384, 128), (3, 8, 1024, 1)):
+        cap = chord.moe_align_sorted_capacity(m, k, e, b)
+        pos, kw = _align_args(chord, device_addresses, num_tokens=m, top_k=k, num_experts=e, block_size=b)
+        assert kw["sorted_token_ids_capacity"] == cap
+        kw["sorted_token_ids_capacity"] = cap - 1
+        msg = raises_invalid(chord.moe_align, *pos, **kw)
+        assert "sorted_token_ids_capacity" in msg and str(cap) in msg, msg
+        kw["sorted_token_ids_capacity"] = cap
+        kw["expert_ids_capacity"] = chord.moe_align_expert_ids_capacity(m, k, e, b) - 1
+        msg = raises_invalid(chord.moe_align, *pos, **kw)
+        assert "expert_ids_capacity" in msg, msg
+
+
+def _padded_total(counts, block):
+    return sum(-(-c // block) * block for c in counts)
+
+
+@pytest.mark.parametrize("m, k, e, b", [(1, 1, 8, 16), (7, 4, 8, 16), (64, 8, 384, 64), (8192, 8, 384, 128), (5, 3, 2, 7)])
+def test_moe_align_sorted_capacity_bounds_the_worst_case(chord, m, k, e, b):
+    import random
+
+    routes = m * k
+    cap = chord.moe_align_sorted_capacity(m, k, e, b)
+    assert cap <= routes + e * (b - 1)  # the header's formula is an upper bound
+    # The worst routing: as many experts as possible with a count of 1 modulo block_size.
+    n = min(routes, e)
+    worst = [1] * n
+    worst[0] += routes - n
+    spread = [1 + b * ((routes - n) // b // n)] * n
+    spread[0] += routes - sum(spread)
+    rng = random.Random(m * 1000 + e)
+    randoms = []
+    for _ in range(20):
+        c = [0] * e
+        for _ in range(routes):
+            c[rng.randrange(e)] += 1
+        randoms.append(c)
+    for counts in [worst, spread] + randoms:
+        assert sum(counts) == routes
+        assert _padded_total(counts, b) <= cap, (counts, b)
+    assert chord.moe_align_expert_ids_capacity(m, k, e, b) == -(-cap // b)
+
+
+def test_moe_align_raw_mode_needs_sizes(chord):
+    msg = raises_invalid(chord.moe_align, 0, 8, 16, top_k=2, sorted_token_ids_capacity=0, expert_ids_capacity=0)
+    assert "num_tokens" in msg
+    msg = raises_invalid(chord.moe_align, "0x10", 8, 16, num_tokens=1, top_k=2, sorted_token_ids_capacity=0, expert_ids_capacity=0)
+    assert "topk_ids" in msg
+    msg = raises_invalid(chord.moe_align, True, 8, 16, num_tokens=1, top_k=2, sorted_token_ids_capacity=0, expert_ids_capacity=0)
+    assert "topk_ids" in msg
+    msg = raises_invalid(chord.moe_align, 0, 8.0, 16, num_tokens=1, top_k=2, sorted_token_ids_capacity=0, expert_ids_capacity=0)
+    assert "num_experts" in msg
+
+
+@pytest.mark.parametrize("name", ["input", "output"])
+def test_silu_and_mul_null_and_misaligned(chord, device_addresses, name):
+    p = dict(zip(("input", "output"), device_addresses(2)))
+    p[name] = 0
+    msg = raises_invalid(chord.silu_and_mul, p["input"], p["output"], rows=4, intermediate=64)
+    assert f"{name} is null" in msg, msg
+    p = dict(zip(("input", "output"), device_addresses(2)))
+    p[name] += 8  # 8-byte aligned: not enough for 16-byte vectors (intermediate % 8 == 0)
+    msg = raises_invalid(chord.silu_and_mul, p["input"], p["output"], rows=4, intermediate=64)
+    assert name in msg and "16-byte aligned" in msg, msg
+
+
+@pytest.mark.parametrize("over, word", [({"rows": -1}, "rows"), ({"intermediate": 0}, "intermediate"), ({"intermediate": -5}, "intermediate")])
+def test_silu_and_mul_bad_shapes(chord, device_addresses, over, word):
+    a = dict(rows=4, intermediate=64)
+    a.update(over)
+    i, o = device_addresses(2)
+    assert word in raises_invalid(chord.silu_and_mul, i, o, **a)
+
+
+def test_zero_rows_is_a_no_op(chord, device_addresses):
+    # Nothing to launch: succeeds without a driver too.
+    i, o, w = device_addresses(3)
+    assert chord.silu_and_mul(i, o, rows=0, intermediate=64) is None
+    assert chord.moe_combine(i, w, o, num_tokens=0, top_k=8, hidden=7168) is None
+
+
+def _combine_args(ptr, **over):
+    p = ptr(3)
+    a = dict(expert_rows=p[0], topk_weights=p[1], output=p[2], num_tokens=4, top_k=2, hidden=64)
+    a.update(over)
+    return (a.pop("expert_rows"), a.pop("topk_weights"), a.pop("output")), a
+
+
+@pytest.mark.parametrize("name", ["expert_rows", "topk_weights", "output"])
+def test_moe_combine_null_pointers(chord, device_addresses, name):
+    pos, kw = _combine_args(device_addresses, **{name: 0})
+    assert f"{name} is null" in raises_invalid(chord.moe_combine, *pos, **kw)
+
+
+def test_moe_combine_misaligned_weights(chord, device_addresses):
+    pos, kw = _combine_args(device_addresses)
+    pos = (pos[0], pos[1] + 2, pos[2])
+    msg = raises_invalid(chord.moe_combine, *pos, **kw)
+    assert "topk_weights" in msg and "aligned" in msg
+
+
+@pytest.mark.parametrize(
+    "over, word",
+    [({"num_tokens": -1}, "num_tokens"), ({"top_k": 0}, "top_k"), ({"top_k": 65}, "top_k"), ({"hidden": 0}, "hidden")],
+)
+def test_moe_combine_bad_shapes(chord, device_addresses, over, word):
+    pos, kw = _combine_args(device_addresses, **over)
+    assert word in raises_invalid(chord.moe_combine, *pos, **kw)
+
+
+def test_moe_combine_filter_needs_both_halves(chord, device_addresses):
+    ids, emap = device_addresses(2)
+    pos, kw = _combine_args(device_addresses)
+    msg = raises_invalid(chord.moe_combine, *pos, topk_ids=ids, num_experts=8, **kw)
+    assert "topk_ids" in msg and "expert_map" in msg
+    msg = raises_invalid(chord.moe_combine, *pos, expert_map=emap, num_experts=8, **kw)
+    assert "topk_ids" in msg and "expert_map" in msg
+    msg = raises_invalid(chord.moe_combine, *pos, topk_ids=ids, expert_map=emap, num_experts=0, **kw)
+    assert "num_experts" in msg
+    msg = raises_invalid(chord.moe_combine, *pos, topk_ids=ids + 1, expert_map=emap, num_experts=8, **kw)
+    assert "topk_ids" in msg and "aligned" in msg
+
+
+def test_valid_calls_without_a_driver_report_it(chord, info, device_addresses):
+    if info["driver_available"]:
+        pytest.skip("a driver is present: complete calls would launch")
+    expected = {chord.Status.NO_DRIVER, chord.Status.NO_DEVICE}
+    calls = []
+    pos, kw = _align_args(chord, device_addresses)
+    calls.append(lambda: chord.moe_align(*pos, **kw))
+    calls.append(lambda: chord.moe_align(*pos, expert_map=device_addresses(), **kw))
+    # Buffers sized by vLLM's bound (routes + num_experts*(block_size-1)) are accepted too.
+    vllm = dict(kw, sorted_token_ids_capacity=4 * 2 + 8 * 15, expert_ids_capacity=-(-(4 * 2 + 8 * 15) // 16))
+    calls.append(lambda: chord.moe_align(*pos, **vllm))
+    i, o = device_addresses(2)
+    calls.append(lambda: chord.silu_and_mul(i, o, rows=4, intermediate=64))
+    calls.append(lambda: chord.silu_and_mul(i + 2, o + 2, rows=4, intermediate=7))  # 2-byte alignment suffices
+    cpos, ckw = _combine_args(device_addresses)
+    calls.append(lambda: chord.moe_combine(*cpos, **ckw))
+    ids, emap = device_addresses(2)
+    calls.append(lambda: chord.moe_combine(*cpos, topk_ids=ids, expert_map=emap, num_experts=8, **ckw))
+    for call in calls:
+        with pytest.raises(chord.ChordError) as excinfo:
+            call()
+        assert excinfo.value.status in expected, excinfo.value
+        assert excinfo.value.message

@@ -1,0 +1,71 @@
+"""chordrt: Python binding (ctypes) of the chordrt JIT kernel runtime's C ABI (chordrt.h).
+
+    import chordrt
+    chordrt.version()                       # (0, 1, 0)
+    chordrt.runtime_info()                  # driver / NVRTC / cache state
+    chordrt.prewarm_model("kimi-k2", "ep8") # compile a deployment's kernels into the disk cache
+    sorted_ids, expert_ids, n = chordrt.moe_align(topk_ids, num_experts=384, block_size=64)  # torch
+
+The shared library is found through $CHORDRT_LIBRARY, else the repository's build trees
+(<repo>/build*/libchordrt.so, newest first), else ctypes.util.find_library("chordrt"); it is loaded on
+first use. Failures raise ChordError (.status: Status, .message: chord_last_error()). torch is optional:
+operations take torch tensors or raw integer device pointers with explicit sizes.
+"""
+
+from ._api import (
+    abi_version,
+    moe_align,
+    moe_align_expert_ids_capacity,
+    moe_align_sorted_capacity,
+    moe_combine,
+    prewarm_model,
+    runtime_info,
+    silu_and_mul,
+    version,
+)
+from ._lib import (
+    ABI_VERSION,
+    ENV_LIBRARY,
+    FUNCTIONS,
+    STRUCTS,
+    ChordError,
+    LibraryNotFoundError,
+    MoeAlignOptions,
+    MoeCombineOptions,
+    PrewarmSummary,
+    RuntimeInfo,
+    Status,
+    last_error,
+    lib,
+    library_candidates,
+    library_path,
+    status_string,
+)
+
+__all__ = [
+    "ABI_VERSION",
+    "ENV_LIBRARY",
+    "FUNCTIONS",
+    "STRUCTS",
+    "ChordError",
+    "LibraryNotFoundError",
+    "MoeAlignOptions",
+    "MoeCombineOptions",
+    "PrewarmSummary",
+    "RuntimeInfo",
+    "Status",
+    "abi_version",
+    "last_error",
+    "lib",
+    "library_candidates",
+    "library_path",
+    "moe_align",
+    "moe_align_expert_ids_capacity",
+    "moe_align_sorted_capacity",
+    "moe_combine",
+    "prewarm_model",
+    "runtime_info",
+    "silu_and_mul",
+    "status_string",
+    "version",
+]

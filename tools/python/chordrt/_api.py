@@ -1,0 +1,472 @@
+"""Pythonic wrappers of the runtime-level calls and of the MoE glue operations.
+
+Operations take either torch tensors (CUDA, contiguous, the documented dtypes; outputs are allocated
+when not given and the call is enqueued on torch's current stream of the tensors' device) or raw
+integer device addresses with explicit sizes (for non-torch users; ``stream`` is then a raw CUstream,
+default 0). torch is never imported here: a tensor argument implies the caller already imported it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+from typing import Optional, Tuple
+
+from ._lib import (
+    ChordError,
+    MoeAlignOptions,
+    MoeCombineOptions,
+    PrewarmSummary,
+    RuntimeInfo,
+    Status,
+    check,
+    lib,
+)
+
+__all__ = [
+    "version",
+    "abi_version",
+    "runtime_info",
+    "prewarm_model",
+    "moe_align_sorted_capacity",
+    "moe_align_expert_ids_capacity",
+    "moe_align",
+    "silu_and_mul",
+    "moe_combine",
+]
+
+# ---- runtime ---------------------------------------------------------------------------------------
+
+
+def version() -> Tuple[int, int, int]:
+    """chord_get_version(): (major, minor, patch)."""
+    major, minor, patch = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
+    lib().chord_get_version(ctypes.byref(major), ctypes.byref(minor), ctypes.byref(patch))
+    return (major.value, minor.value, patch.value)
+
+
+def abi_version() -> int:
+    """chord_abi_version()."""
+    return int(lib().chord_abi_version())
+
+
+def runtime_info() -> dict:
+    """chord_get_runtime_info() as a dict (the struct's fields, booleans as bool, plus nvrtc_available)."""
+    info = RuntimeInfo()
+    check(lib().chord_get_runtime_info(ctypes.byref(info)))
+    return {
+        "driver_available": bool(info.driver_available),
+        "driver_version": info.driver_version,
+        "device_count": info.device_count,
+        "nvrtc_available": info.nvrtc_major > 0,
+        "nvrtc_major": info.nvrtc_major,
+        "nvrtc_minor": info.nvrtc_minor,
+        "cache_memory_only": bool(info.cache_memory_only),
+        "cache_dir": info.cache_dir.decode("utf-8", "replace") if info.cache_dir else "",
+        "kernels_compiled": info.kernels_compiled,
+        "disk_hits": info.disk_hits,
+        "kernels_loaded": info.kernels_loaded,
+    }
+
+
+def _summary_dict(s: PrewarmSummary) -> dict:
+    return {
+        "compiled": s.compiled,
+        "cached": s.cached,
+        "failed": s.failed,
+        "total": s.compiled + s.cached + s.failed,
+        "median_compile_ms": s.median_compile_ms,
+        "max_compile_ms": s.max_compile_ms,
+    }
+
+
+def prewarm_model(model, deployment: str, arch: str = "sm_90a") -> dict:
+    """chord_prewarm_model(): compiles into the disk cache every kernel `deployment` of `model` dispatches.
+
+    model is a preset ("kimi-k2", "deepseek-v3") or a path to a Hugging Face config.json. Returns
+    {"compiled", "cached", "failed", "total", "median_compile_ms", "max_compile_ms"}; when some kernels
+    fail, raises ChordError(COMPILE_FAILED) whose ``summary`` holds that dict.
+    """
+    s = PrewarmSummary()
+    status = lib().chord_prewarm_model(
+        _c_string(model, "model"), _c_string(deployment, "deployment"), _c_string(arch, "arch"), ctypes.byref(s)
+    )
+    summary = _summary_dict(s)
+    check(status, summary)
+    return summary
+
+
+def _c_string(value, name: str) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if hasattr(value, "__fspath__"):
+        import os
+
+        return os.fsencode(value)
+    raise ChordError(Status.INVALID_ARGUMENT, f"{name} must be a str, got {type(value).__name__}")
+
+
+# ---- MoE glue: shared helpers ----------------------------------------------------------------------
+
+
+def moe_align_sorted_capacity(num_tokens: int, top_k: int, num_experts: int, block_size: int) -> int:
+    """chord_moe_align_sorted_capacity(): elements sorted_token_ids needs."""
+    return int(lib().chord_moe_align_sorted_capacity(num_tokens, top_k, num_experts, block_size))
+
+
+def moe_align_expert_ids_capacity(num_tokens: int, top_k: int, num_experts: int, block_size: int) -> int:
+    """Blocks expert_ids needs: ceil(sorted capacity / block_size)."""
+    cap = moe_align_sorted_capacity(num_tokens, top_k, num_experts, block_size)
+    return -(-cap // block_size) if block_size > 0 else 0
+
+
+def _invalid(op: str, message: str) -> ChordError:
+    return ChordError(Status.INVALID_ARGUMENT, f"{op}: {message}")
+
+
+def _torch_module_of(*values):
+    """torch, when any value is a torch.Tensor (torch is then already imported), else None."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            return torch
+    return None
+
+
+def _address(value, op: str, name: str) -> int:
+    """A raw device address: an int (None = NULL)."""
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _invalid(op, f"{name} must be a device address (int) or, with torch, a tensor; got {type(value).__name__}")
+    if value < 0:
+        raise _invalid(op, f"{name} must be a non-negative address, got {value}")
+    return value
+
+
+def _size(value, op: str, name: str, required: bool = True) -> int:
+    if value is None:
+        if required:
+            raise _invalid(op, f"{name} is required when passing raw device pointers")
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _invalid(op, f"{name} must be an int, got {type(value).__name__}")
+    return value
+
+
+def _raw_stream(stream) -> int:
+    if stream is None:
+        return 0
+    if hasattr(stream, "cuda_stream"):  # torch.cuda.Stream / ExternalStream
+        return int(stream.cuda_stream)
+    if isinstance(stream, bool) or not isinstance(stream, int):
+        raise ChordError(Status.INVALID_ARGUMENT, f"stream must be a CUstream (int) or a torch.cuda.Stream, got {stream!r}")
+    return stream
+
+
+class _TorchCall:
+    """Checks the tensors of one torch-mode call and provides its device, stream and device guard."""
+
+    def __init__(self, torch, op: str, stream):
+        self.torch = torch
+        self.op = op
+        self.device = None
+        self._stream = stream
+
+    def tensor(self, t, name: str, dtype, ndim=None, shape=None, min_numel=None):
+        torch, op = self.torch, self.op
+        if not isinstance(t, torch.Tensor):
+            raise _invalid(op, f"{name} must be a torch.Tensor like the other arguments, got {type(t).__name__}")
+        if t.dtype != dtype:
+            raise _invalid(op, f"{name} must be {dtype}, got {t.dtype}")
+        if t.device.type != "cuda":
+            raise _invalid(op, f"{name} must be on a CUDA device, got {t.device}")
+        if self.device is None:
+            self.device = t.device
+        elif t.device != self.device:
+            raise _invalid(op, f"{name} is on {t.device} but the other tensors are on {self.device}")
+        if not t.is_contiguous():
+            raise _invalid(op, f"{name} must be contiguous (shape {tuple(t.shape)}, strides {t.stride()})")
+        if ndim is not None and t.dim() != ndim:
+            raise _invalid(op, f"{name} must have {ndim} dimension(s), got shape {tuple(t.shape)}")
+        if shape is not None and tuple(t.shape) != tuple(shape):
+            raise _invalid(op, f"{name} must have shape {tuple(shape)}, got {tuple(t.shape)}")
+        if min_numel is not None and t.numel() < min_numel:
+            raise _invalid(op, f"{name} must have at least {min_numel} elements, got {t.numel()}")
+        return t
+
+    def stream(self) -> int:
+        if self._stream is not None:
+            return _raw_stream(self._stream)
+        return int(self.torch.cuda.current_stream(self.device).cuda_stream)
+
+    def guard(self):
+        # With the legacy default stream (0) the runtime launches in the current context: make it the
+        # tensors' device's primary context.
+        return self.torch.cuda.device(self.device)
+
+
+def _check_int(value, op: str, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _invalid(op, f"{name} must be an int, got {type(value).__name__}")
+    return value
+
+
+# ---- moe_align --------------------------------------------------------------------------------------
+
+
+def moe_align(
+    topk_ids,
+    num_experts: int,
+    block_size: int,
+    *,
+    expert_map=None,
+    sorted_token_ids=None,
+    expert_ids=None,
+    num_tokens_post_padded=None,
+    num_tokens: Optional[int] = None,
+    top_k: Optional[int] = None,
+    sorted_token_ids_capacity: Optional[int] = None,
+    expert_ids_capacity: Optional[int] = None,
+    stream=None,
+):
+    """chord_moe_align(): vLLM's moe_align_block_size.
+
+    torch: topk_ids int32 [num_tokens, top_k]; expert_map optional int32 [>= num_experts]; outputs
+    (1-D int32, capacities = their sizes) are allocated when not given, sorted_token_ids with
+    moe_align_sorted_capacity() elements and expert_ids with ceil(that / block_size). Returns
+    (sorted_token_ids, expert_ids, num_tokens_post_padded).
+
+    Raw pointers: every pointer an int address (None = NULL); num_tokens, top_k and both capacities
+    must be given. Returns None.
+    """
+    op = "moe_align"
+    num_experts = _check_int(num_experts, op, "num_experts")
+    block_size = _check_int(block_size, op, "block_size")
+    torch = _torch_module_of(topk_ids, expert_map, sorted_token_ids, expert_ids, num_tokens_post_padded)
+    if torch is None:
+        opts = None
+        if expert_map is not None:
+            opts = MoeAlignOptions(expert_map=_address(expert_map, op, "expert_map"))
+        check(
+            lib().chord_moe_align(
+                _address(topk_ids, op, "topk_ids"),
+                _size(num_tokens, op, "num_tokens"),
+                _size(top_k, op, "top_k"),
+                num_experts,
+                block_size,
+                _address(sorted_token_ids, op, "sorted_token_ids"),
+                _size(sorted_token_ids_capacity, op, "sorted_token_ids_capacity"),
+                _address(expert_ids, op, "expert_ids"),
+                _size(expert_ids_capacity, op, "expert_ids_capacity"),
+                _address(num_tokens_post_padded, op, "num_tokens_post_padded"),
+                ctypes.byref(opts) if opts is not None else None,
+                _raw_stream(stream),
+            )
+        )
+        return None
+
+    call = _TorchCall(torch, op, stream)
+    call.tensor(topk_ids, "topk_ids", torch.int32, ndim=2)
+    m, k = topk_ids.shape
+    if num_tokens is not None and num_tokens != m:
+        raise _invalid(op, f"num_tokens={num_tokens} disagrees with topk_ids of shape {tuple(topk_ids.shape)}")
+    if top_k is not None and top_k != k:
+        raise _invalid(op, f"top_k={top_k} disagrees with topk_ids of shape {tuple(topk_ids.shape)}")
+    if expert_map is not None:
+        call.tensor(expert_map, "expert_map", torch.int32, ndim=1, min_numel=max(num_experts, 0))
+    if block_size < 1:  # keep the allocation sizes meaningful; the library reports its own range
+        raise _invalid(op, f"block_size must be >= 1, got {block_size}")
+    cap = moe_align_sorted_capacity(m, k, num_experts, block_size)
+    blocks = -(-cap // block_size)
+    if sorted_token_ids is None:
+        sorted_token_ids = torch.empty(max(cap, 1), dtype=torch.int32, device=call.device)
+    call.tensor(sorted_token_ids, "sorted_token_ids", torch.int32, ndim=1)
+    if expert_ids is None:
+        expert_ids = torch.empty(max(blocks, 1), dtype=torch.int32, device=call.device)
+    call.tensor(expert_ids, "expert_ids", torch.int32, ndim=1)
+    if num_tokens_post_padded is None:
+        num_tokens_post_padded = torch.empty(1, dtype=torch.int32, device=call.device)
+    call.tensor(num_tokens_post_padded, "num_tokens_post_padded", torch.int32, min_numel=1)
+    for name, given, numel in (
+        ("sorted_token_ids_capacity", sorted_token_ids_capacity, sorted_token_ids.numel()),
+        ("expert_ids_capacity", expert_ids_capacity, expert_ids.numel()),
+    ):
+        if given is not None and given != numel:
+            raise _invalid(op, f"{name}={given} disagrees with the tensor's {numel} elements")
+    opts = MoeAlignOptions(expert_map=expert_map.data_ptr()) if expert_map is not None else None
+    # An empty topk_ids has no storage (data_ptr() == 0) but the call must still write the outputs; the
+    # kernel reads no route then, so any valid device address will do.
+    topk_ptr = topk_ids.data_ptr() if topk_ids.numel() else num_tokens_post_padded.data_ptr()
+    with call.guard():
+        check(
+            lib().chord_moe_align(
+                topk_ptr,
+                m,
+                k,
+                num_experts,
+                block_size,
+                sorted_token_ids.data_ptr(),
+                sorted_token_ids.numel(),
+                expert_ids.data_ptr(),
+                expert_ids.numel(),
+                num_tokens_post_padded.data_ptr(),
+                ctypes.byref(opts) if opts is not None else None,
+                call.stream(),
+            )
+        )
+    return sorted_token_ids, expert_ids, num_tokens_post_padded
+
+
+# ---- silu_and_mul -----------------------------------------------------------------------------------
+
+
+def silu_and_mul(input, output=None, *, rows: Optional[int] = None, intermediate: Optional[int] = None, stream=None):
+    """chord_silu_and_mul(): output = silu(gate) * up, gate and up the halves of input's last dimension.
+
+    torch: input bf16 [..., 2*I]; output bf16 [..., I] (allocated when not given, and returned).
+    Raw pointers: rows and intermediate must be given; returns None.
+    """
+    op = "silu_and_mul"
+    torch = _torch_module_of(input, output)
+    if torch is None:
+        check(
+            lib().chord_silu_and_mul(
+                _address(input, op, "input"),
+                _address(output, op, "output"),
+                _size(rows, op, "rows"),
+                _size(intermediate, op, "intermediate"),
+                _raw_stream(stream),
+            )
+        )
+        return None
+
+    call = _TorchCall(torch, op, stream)
+    call.tensor(input, "input", torch.bfloat16)
+    if input.dim() < 1 or input.shape[-1] % 2 != 0:
+        raise _invalid(op, f"input's last dimension must be 2*intermediate (even), got shape {tuple(input.shape)}")
+    inter = input.shape[-1] // 2
+    n_rows = input.numel() // input.shape[-1] if input.shape[-1] else 0
+    if intermediate is not None and intermediate != inter:
+        raise _invalid(op, f"intermediate={intermediate} disagrees with input of shape {tuple(input.shape)}")
+    if rows is not None and rows != n_rows:
+        raise _invalid(op, f"rows={rows} disagrees with input of shape {tuple(input.shape)}")
+    out_shape = tuple(input.shape[:-1]) + (inter,)
+    if output is None:
+        output = torch.empty(out_shape, dtype=torch.bfloat16, device=call.device)
+    call.tensor(output, "output", torch.bfloat16, shape=out_shape)
+    if n_rows == 0 or inter == 0:
+        if inter == 0:
+            raise _invalid(op, f"intermediate must be >= 1, got input of shape {tuple(input.shape)}")
+        return output  # nothing to compute (and empty tensors have no storage to pass)
+    with call.guard():
+        check(lib().chord_silu_and_mul(input.data_ptr(), output.data_ptr(), n_rows, inter, call.stream()))
+    return output
+
+
+# ---- moe_combine ------------------------------------------------------------------------------------
+
+
+def moe_combine(
+    expert_rows,
+    topk_weights,
+    output=None,
+    *,
+    topk_ids=None,
+    expert_map=None,
+    num_experts: Optional[int] = None,
+    num_tokens: Optional[int] = None,
+    top_k: Optional[int] = None,
+    hidden: Optional[int] = None,
+    stream=None,
+):
+    """chord_moe_combine(): output[t] = sum_j topk_weights[t, j] * expert_rows[t*top_k + j] (FP32, BF16 out).
+
+    torch: expert_rows bf16 [num_tokens*top_k, hidden] (or [num_tokens, top_k, hidden]); topk_weights
+    float32 [num_tokens, top_k]; output bf16 [num_tokens, hidden] (allocated when not given, returned).
+    Expert-parallel filter: topk_ids int32 [num_tokens, top_k] with expert_map int32 [num_experts]
+    (num_experts defaults to expert_map's size); routes to experts mapped to -1 contribute nothing.
+    Raw pointers: num_tokens, top_k, hidden (and num_experts with the filter) must be given; returns None.
+    """
+    op = "moe_combine"
+    torch = _torch_module_of(expert_rows, topk_weights, output, topk_ids, expert_map)
+    if torch is None:
+        opts = None
+        if topk_ids is not None or expert_map is not None:
+            # num_experts is needed with both halves; with one, the library reports the missing one.
+            both = topk_ids is not None and expert_map is not None
+            opts = MoeCombineOptions(
+                topk_ids=_address(topk_ids, op, "topk_ids"),
+                expert_map=_address(expert_map, op, "expert_map"),
+                num_experts=_size(num_experts, op, "num_experts", required=both),
+            )
+        check(
+            lib().chord_moe_combine(
+                _address(expert_rows, op, "expert_rows"),
+                _address(topk_weights, op, "topk_weights"),
+                _address(output, op, "output"),
+                _size(num_tokens, op, "num_tokens"),
+                _size(top_k, op, "top_k"),
+                _size(hidden, op, "hidden"),
+                ctypes.byref(opts) if opts is not None else None,
+                _raw_stream(stream),
+            )
+        )
+        return None
+
+    call = _TorchCall(torch, op, stream)
+    call.tensor(topk_weights, "topk_weights", torch.float32, ndim=2)
+    t, k = topk_weights.shape
+    call.tensor(expert_rows, "expert_rows", torch.bfloat16)
+    if expert_rows.dim() == 3 and tuple(expert_rows.shape[:2]) == (t, k):
+        h = expert_rows.shape[2]
+    elif expert_rows.dim() == 2 and expert_rows.shape[0] == t * k:
+        h = expert_rows.shape[1]
+    else:
+        raise _invalid(
+            op,
+            f"expert_rows must have shape [num_tokens*top_k, hidden] = [{t * k}, hidden] (or [{t}, {k}, hidden]) "
+            f"to match topk_weights {tuple(topk_weights.shape)}, got {tuple(expert_rows.shape)}",
+        )
+    for name, given, actual in (("num_tokens", num_tokens, t), ("top_k", top_k, k), ("hidden", hidden, h)):
+        if given is not None and given != actual:
+            raise _invalid(op, f"{name}={given} disagrees with the tensors' shapes ({actual})")
+    if output is None:
+        output = torch.empty((t, h), dtype=torch.bfloat16, device=call.device)
+    call.tensor(output, "output", torch.bfloat16, shape=(t, h))
+    opts = None
+    if topk_ids is not None or expert_map is not None:
+        ids_ptr = map_ptr = 0
+        if topk_ids is not None:
+            call.tensor(topk_ids, "topk_ids", torch.int32, shape=(t, k))
+            ids_ptr = topk_ids.data_ptr()
+        if expert_map is not None:
+            call.tensor(expert_map, "expert_map", torch.int32, ndim=1)
+            map_ptr = expert_map.data_ptr()
+            if num_experts is None:
+                num_experts = expert_map.numel()
+            elif num_experts > expert_map.numel():
+                raise _invalid(op, f"num_experts={num_experts} exceeds expert_map's {expert_map.numel()} entries")
+        opts = MoeCombineOptions(
+            topk_ids=ids_ptr, expert_map=map_ptr, num_experts=_size(num_experts, op, "num_experts", required=False)
+        )
+    if t == 0:
+        return output  # nothing to compute (and empty tensors have no storage to pass)
+    with call.guard():
+        check(
+            lib().chord_moe_combine(
+                expert_rows.data_ptr(),
+                topk_weights.data_ptr(),
+                output.data_ptr(),
+                t,
+                k,
+                h,
+                ctypes.byref(opts) if opts is not None else None,
+                call.stream(),
+            )
+        )
+    return output
