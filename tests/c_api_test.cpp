@@ -1,0 +1,528 @@
+// The C ABI without a GPU: status strings, versions, argument validation (every failure is
+// INVALID_ARGUMENT naming the argument), option struct checks, compile-only mode, runtime info and the
+// thread-local last error. Invalid-argument cases use real (host) buffers, so nothing could be launched
+// on them even on a GPU machine; fake device pointers are used only when no driver is ready.
+#include <stdlib.h>
+
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "chordrt/chordrt.h"
+#include "chordrt/chordrt.hpp"
+#include "runtime/driver.hpp"
+
+using Catch::Matchers::Contains;
+
+namespace {
+
+// Keeps the process-wide runtime (configured once from the environment) out of ~/.cache when this
+// binary is run by hand without CHORD_CACHE_DIR (ctest sets it): a temp directory, removed at exit.
+struct DefaultCacheDir {
+  std::string dir;
+  DefaultCacheDir() {
+    if (std::getenv("CHORD_CACHE_DIR")) return;
+    std::string tmpl = "/tmp/chordrt-capi-cache-XXXXXX";
+    if (::mkdtemp(tmpl.data())) {
+      dir = tmpl;
+      ::setenv("CHORD_CACHE_DIR", dir.c_str(), 0);
+    }
+  }
+  ~DefaultCacheDir() {
+    std::error_code ec;
+    if (!dir.empty()) std::filesystem::remove_all(dir, ec);
+  }
+};
+
+void default_cache_dir() { static DefaultCacheDir once; }
+
+bool driver_ready() { return chordrt::driver().state == chordrt::DriverState::kReady; }
+
+std::string last_error() { return chord_last_error(); }
+
+// Host buffers: valid, 16-byte-aligned addresses for the arguments a case does not target.
+alignas(64) int32_t g_ids[1024];
+alignas(64) int32_t g_sorted[4096];
+alignas(64) int32_t g_experts[4096];
+alignas(64) int32_t g_post[4];
+alignas(64) int32_t g_map[1024];
+alignas(64) uint16_t g_rows[8192];
+alignas(64) float g_weights[1024];
+alignas(64) uint16_t g_out[8192];
+
+template <typename T>
+T* offset_bytes(T* p, size_t bytes) {
+  return reinterpret_cast<T*>(reinterpret_cast<char*>(p) + bytes);
+}
+
+// A valid moe_align call's arguments (on host buffers), to be broken one at a time.
+struct AlignCall {
+  const int32_t* topk_ids = g_ids;
+  int64_t num_tokens = 16;
+  int32_t top_k = 8;
+  int32_t num_experts = 64;
+  int32_t block_size = 16;
+  int32_t* sorted = g_sorted;
+  int64_t sorted_capacity = chord_moe_align_sorted_capacity(16, 8, 64, 16);
+  int32_t* expert_ids = g_experts;
+  int64_t expert_ids_capacity = (chord_moe_align_sorted_capacity(16, 8, 64, 16) + 15) / 16;
+  int32_t* post = g_post;
+  const chord_moe_align_options_t* options = nullptr;
+
+  chord_status_t run() const {
+    return chord_moe_align(topk_ids, num_tokens, top_k, num_experts, block_size, sorted, sorted_capacity, expert_ids,
+                           expert_ids_capacity, post, options, nullptr);
+  }
+};
+
+struct CombineCall {
+  const void* rows = g_rows;
+  const float* weights = g_weights;
+  void* out = g_out;
+  int64_t num_tokens = 4;
+  int32_t top_k = 2;
+  int64_t hidden = 512;
+  const chord_moe_combine_options_t* options = nullptr;
+
+  chord_status_t run() const {
+    return chord_moe_combine(rows, weights, out, num_tokens, top_k, hidden, options, nullptr);
+  }
+};
+
+void expect_invalid(chord_status_t status, const std::string& needle) {
+  CHECK(status == CHORD_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(last_error(), Contains(needle));
+}
+
+}  // namespace
+
+TEST_CASE("chord_status_string is distinct and non-empty for every status", "[capi]") {
+  std::set<std::string> seen;
+  for (int s = CHORD_SUCCESS; s <= CHORD_ERROR_INTERNAL; ++s) {
+    const char* text = chord_status_string(static_cast<chord_status_t>(s));
+    REQUIRE(text != nullptr);
+    CHECK(std::string(text).size() > 0);
+    CHECK(seen.insert(text).second);
+  }
+  CHECK(seen.size() == 12);
+  CHECK_THAT(std::string(chord_status_string(CHORD_ERROR_NO_DRIVER)), Contains("CHORD_ERROR_NO_DRIVER"));
+  CHECK_THAT(std::string(chord_status_string(CHORD_SUCCESS)), Contains("CHORD_SUCCESS"));
+  const char* unknown = chord_status_string(static_cast<chord_status_t>(15));
+  REQUIRE(unknown != nullptr);
+  CHECK(std::string(unknown).size() > 0);
+  CHECK(seen.count(unknown) == 0);
+}
+
+TEST_CASE("versions", "[capi]") {
+  int major = -1, minor = -1, patch = -1;
+  chord_get_version(&major, &minor, &patch);
+  CHECK(major == CHORDRT_VERSION_MAJOR);
+  CHECK(minor == CHORDRT_VERSION_MINOR);
+  CHECK(patch == CHORDRT_VERSION_PATCH);
+  CHECK(major >= 0);
+  const auto v = chordrt::version();
+  CHECK(v.major == major);
+  CHECK(v.minor == minor);
+  CHECK(v.patch == patch);
+  chord_get_version(nullptr, nullptr, nullptr);  // null outputs are allowed
+  int only_minor = -1;
+  chord_get_version(nullptr, &only_minor, nullptr);
+  CHECK(only_minor == minor);
+  CHECK(chord_abi_version() == CHORD_ABI_VERSION);
+  CHECK(chord_abi_version() == 1);
+}
+
+TEST_CASE("chord_moe_align_sorted_capacity", "[capi]") {
+  // routes + min(routes, experts) * (block_size - 1)
+  CHECK(chord_moe_align_sorted_capacity(4, 2, 8, 16) == 8 + 8 * 15);
+  CHECK(chord_moe_align_sorted_capacity(1000, 8, 384, 16) == 8000 + 384 * 15);
+  CHECK(chord_moe_align_sorted_capacity(1, 1, 384, 16) == 1 + 1 * 15);
+  CHECK(chord_moe_align_sorted_capacity(2, 8, 384, 64) == 16 + 16 * 63);
+  CHECK(chord_moe_align_sorted_capacity(0, 8, 384, 16) == 0);
+  CHECK(chord_moe_align_sorted_capacity(100, 8, 256, 1) == 800);
+  CHECK(chord_moe_align_sorted_capacity(1 << 20, 8, 1024, 128) == (int64_t{8} << 20) + 1024 * 127);
+  CHECK(chordrt::moe_align_sorted_capacity(1000, 8, 384, 16) == chord_moe_align_sorted_capacity(1000, 8, 384, 16));
+}
+
+TEST_CASE("moe_align: null, misaligned and out-of-range arguments", "[capi]") {
+  SECTION("null pointers") {
+    AlignCall c;
+    c.topk_ids = nullptr;
+    expect_invalid(c.run(), "topk_ids is null");
+    c = AlignCall{};
+    c.sorted = nullptr;
+    expect_invalid(c.run(), "sorted_token_ids is null");
+    c = AlignCall{};
+    c.expert_ids = nullptr;
+    expect_invalid(c.run(), "expert_ids is null");
+    c = AlignCall{};
+    c.post = nullptr;
+    expect_invalid(c.run(), "num_tokens_post_padded is null");
+  }
+  SECTION("misaligned pointers") {
+    AlignCall c;
+    c.topk_ids = offset_bytes(g_ids, 2);
+    expect_invalid(c.run(), "topk_ids must be 4-byte aligned");
+    c = AlignCall{};
+    c.sorted = offset_bytes(g_sorted, 1);
+    expect_invalid(c.run(), "sorted_token_ids must be 4-byte aligned");
+    c = AlignCall{};
+    c.expert_ids = reinterpret_cast<int32_t*>(0x1002);
+    expect_invalid(c.run(), "expert_ids");
+    c = AlignCall{};
+    c.post = offset_bytes(g_post, 3);
+    expect_invalid(c.run(), "num_tokens_post_padded");
+    c = AlignCall{};
+    const chord_moe_align_options_t o{sizeof(chord_moe_align_options_t), offset_bytes(g_map, 2)};
+    c.options = &o;
+    expect_invalid(c.run(), "expert_map");
+  }
+  SECTION("top_k, num_experts, block_size, num_tokens") {
+    for (int32_t bad : {0, -1, 65}) {
+      AlignCall c;
+      c.top_k = bad;
+      expect_invalid(c.run(), "top_k");
+    }
+    for (int32_t bad : {0, -3, 1025}) {
+      AlignCall c;
+      c.num_experts = bad;
+      expect_invalid(c.run(), "num_experts");
+    }
+    for (int32_t bad : {0, -16, 1025}) {
+      AlignCall c;
+      c.block_size = bad;
+      expect_invalid(c.run(), "block_size");
+    }
+    AlignCall c;
+    c.num_tokens = -1;
+    expect_invalid(c.run(), "num_tokens");
+    c.num_tokens = (int64_t{1} << 30) / c.top_k + 1;
+    expect_invalid(c.run(), "num_tokens");
+  }
+  SECTION("capacities") {
+    AlignCall c;
+    c.sorted_capacity -= 1;
+    expect_invalid(c.run(), "sorted_token_ids_capacity");
+    CHECK_THAT(last_error(), Contains(std::to_string(c.sorted_capacity + 1)));  // says what is needed
+    c = AlignCall{};
+    c.sorted_capacity = int64_t{1} << 32;
+    expect_invalid(c.run(), "sorted_token_ids_capacity");
+    c = AlignCall{};
+    c.expert_ids_capacity -= 1;
+    expect_invalid(c.run(), "expert_ids_capacity");
+  }
+  SECTION("options struct_size") {
+    for (size_t size : {size_t{0}, size_t{1}, sizeof(chord_moe_align_options_t) + 1, size_t{1} << 20}) {
+      const chord_moe_align_options_t o{size, nullptr};
+      AlignCall c;
+      c.options = &o;
+      expect_invalid(c.run(), "struct_size");
+    }
+  }
+}
+
+TEST_CASE("silu_and_mul: null, misaligned and out-of-range arguments", "[capi]") {
+  expect_invalid(chord_silu_and_mul(nullptr, g_out, 4, 2048, nullptr), "input is null");
+  expect_invalid(chord_silu_and_mul(g_rows, nullptr, 4, 2048, nullptr), "output is null");
+  // intermediate 2048 is read 8 BF16 (16 bytes) at a time.
+  expect_invalid(chord_silu_and_mul(reinterpret_cast<const void*>(0x1002), g_out, 4, 2048, nullptr),
+                 "input must be 16-byte aligned");
+  expect_invalid(chord_silu_and_mul(offset_bytes(g_rows, 8), g_out, 4, 2048, nullptr), "16-byte aligned");
+  expect_invalid(chord_silu_and_mul(g_rows, offset_bytes(g_out, 4), 4, 2048, nullptr), "output must be 16-byte");
+  // intermediate 100 = 4-wide vectors: 8-byte alignment.
+  expect_invalid(chord_silu_and_mul(offset_bytes(g_rows, 4), g_out, 4, 100, nullptr), "8-byte aligned");
+  // Odd intermediate: scalar accesses, only BF16 alignment; an odd address is still wrong.
+  expect_invalid(chord_silu_and_mul(offset_bytes(g_rows, 1), g_out, 4, 7, nullptr), "2-byte aligned");
+  expect_invalid(chord_silu_and_mul(g_rows, g_out, -1, 2048, nullptr), "rows");
+  expect_invalid(chord_silu_and_mul(g_rows, g_out, 4, 0, nullptr), "intermediate");
+  expect_invalid(chord_silu_and_mul(g_rows, g_out, 4, int64_t{1} << 31, nullptr), "intermediate");
+}
+
+TEST_CASE("moe_combine: null, misaligned and out-of-range arguments", "[capi]") {
+  SECTION("null pointers") {
+    CombineCall c;
+    c.rows = nullptr;
+    expect_invalid(c.run(), "expert_rows is null");
+    c = CombineCall{};
+    c.weights = nullptr;
+    expect_invalid(c.run(), "topk_weights is null");
+    c = CombineCall{};
+    c.out = nullptr;
+    expect_invalid(c.run(), "output is null");
+  }
+  SECTION("misaligned pointers") {
+    CombineCall c;
+    c.rows = reinterpret_cast<const void*>(0x1002);
+    expect_invalid(c.run(), "expert_rows must be 16-byte aligned");
+    c = CombineCall{};
+    c.weights = offset_bytes(g_weights, 2);
+    expect_invalid(c.run(), "topk_weights must be 4-byte aligned");
+    c = CombineCall{};
+    c.out = offset_bytes(g_out, 8);
+    expect_invalid(c.run(), "output must be 16-byte aligned");
+  }
+  SECTION("top_k, hidden, num_tokens") {
+    for (int32_t bad : {0, -2, 65}) {
+      CombineCall c;
+      c.top_k = bad;
+      expect_invalid(c.run(), "top_k");
+    }
+    CombineCall c;
+    c.hidden = 0;
+    expect_invalid(c.run(), "hidden");
+    c = CombineCall{};
+    c.num_tokens = -1;
+    expect_invalid(c.run(), "num_tokens");
+  }
+  SECTION("the expert-parallel filter needs topk_ids and expert_map") {
+    chord_moe_combine_options_t o{sizeof(chord_moe_combine_options_t), g_ids, nullptr, 64};
+    CombineCall c;
+    c.options = &o;
+    expect_invalid(c.run(), "got topk_ids and null");
+    o = {sizeof(chord_moe_combine_options_t), nullptr, g_map, 64};
+    expect_invalid(c.run(), "got null and expert_map");
+    o = {sizeof(chord_moe_combine_options_t), offset_bytes(g_ids, 2), g_map, 64};
+    expect_invalid(c.run(), "topk_ids must be 4-byte aligned");
+    o = {sizeof(chord_moe_combine_options_t), g_ids, offset_bytes(g_map, 1), 64};
+    expect_invalid(c.run(), "expert_map must be 4-byte aligned");
+    o = {sizeof(chord_moe_combine_options_t), g_ids, g_map, 0};
+    expect_invalid(c.run(), "num_experts");
+  }
+  SECTION("options struct_size") {
+    for (size_t size : {size_t{0}, sizeof(size_t), sizeof(chord_moe_combine_options_t) + 1}) {
+      const chord_moe_combine_options_t o{size, nullptr, nullptr, 0};
+      CombineCall c;
+      c.options = &o;
+      expect_invalid(c.run(), "struct_size");
+    }
+  }
+}
+
+TEST_CASE("empty work accepts null data pointers, but still checks shapes", "[capi]") {
+  // No rows: nothing is read or written, so null (empty-tensor) pointers are fine, with or without a GPU.
+  CHECK(chord_silu_and_mul(nullptr, nullptr, 0, 2048, nullptr) == CHORD_SUCCESS);
+  CHECK(chord_moe_combine(nullptr, nullptr, nullptr, 0, 8, 7168, nullptr, nullptr) == CHORD_SUCCESS);
+  expect_invalid(chord_silu_and_mul(nullptr, nullptr, 0, 0, nullptr), "intermediate");
+  expect_invalid(chord_moe_combine(nullptr, nullptr, nullptr, 0, 0, 7168, nullptr, nullptr), "top_k");
+  expect_invalid(chord_moe_combine(nullptr, nullptr, nullptr, 0, 8, 0, nullptr, nullptr), "hidden");
+  // moe_align always writes its outputs: only topk_ids may be null when there are no tokens.
+  AlignCall c;
+  c.num_tokens = 0;
+  c.topk_ids = nullptr;
+  c.sorted = nullptr;
+  expect_invalid(c.run(), "sorted_token_ids is null");
+  c = AlignCall{};
+  c.num_tokens = 0;
+  c.topk_ids = nullptr;
+  c.post = nullptr;
+  expect_invalid(c.run(), "num_tokens_post_padded is null");
+  c = AlignCall{};
+  c.num_tokens = 1;
+  c.topk_ids = nullptr;
+  expect_invalid(c.run(), "topk_ids is null");
+}
+
+TEST_CASE("the C++ API throws the same errors", "[capi]") {
+  chordrt::SiluAndMulArgs a;
+  a.input = nullptr;
+  a.output = g_out;
+  a.rows = 1;
+  a.intermediate = 2048;
+  try {
+    chordrt::silu_and_mul(a, nullptr);
+    FAIL("no exception");
+  } catch (const chordrt::Error& e) {
+    CHECK(e.status() == CHORD_ERROR_INVALID_ARGUMENT);
+    CHECK_THAT(std::string(e.what()), Contains("silu_and_mul: input is null"));
+  }
+  chordrt::MoeAlignArgs m;
+  m.topk_ids = g_ids;
+  m.sorted_token_ids = g_sorted;
+  m.expert_ids = g_experts;
+  m.num_tokens_post_padded = g_post;
+  m.num_tokens = 1;
+  m.top_k = 0;
+  m.num_experts = 8;
+  m.block_size = 16;
+  CHECK_THROWS_WITH(chordrt::moe_align(m, nullptr), Contains("top_k"));
+}
+
+TEST_CASE("valid calls in compile-only mode fail with NO_DRIVER / NO_DEVICE", "[capi]") {
+  if (driver_ready()) {
+    SUCCEED("a CUDA driver is ready: the [gpu] tests cover real launches");
+    return;
+  }
+  default_cache_dir();
+  const bool no_device = chordrt::driver().state == chordrt::DriverState::kNoDevice;
+  auto expect_no_driver = [&](chord_status_t s) {
+    if (no_device) {
+      CHECK(s == CHORD_ERROR_NO_DEVICE);
+    } else {
+      CHECK(s == CHORD_ERROR_NO_DRIVER);
+      CHECK_THAT(last_error(), Contains("compile-only mode"));
+    }
+  };
+  chord_runtime_info_t before{};
+  before.struct_size = sizeof before;
+  REQUIRE(chord_get_runtime_info(&before) == CHORD_SUCCESS);
+
+  int32_t* const fake32 = reinterpret_cast<int32_t*>(0x10000);
+  void* const fake = reinterpret_cast<void*>(0x20000);
+  const int64_t cap = chord_moe_align_sorted_capacity(16, 8, 64, 16);
+  expect_no_driver(
+      chord_moe_align(fake32, 16, 8, 64, 16, fake32, cap, fake32, (cap + 15) / 16, fake32, nullptr, nullptr));
+  const chord_moe_align_options_t align_opts{sizeof(chord_moe_align_options_t), fake32};
+  expect_no_driver(
+      chord_moe_align(fake32, 16, 8, 64, 16, fake32, cap, fake32, (cap + 15) / 16, fake32, &align_opts, nullptr));
+  // vLLM's capacity bound (larger when there are fewer routes than experts) is accepted too.
+  const int64_t small_cap = chord_moe_align_sorted_capacity(4, 2, 64, 16);
+  const int64_t vllm_cap = 4 * 2 + 64 * 15;
+  REQUIRE(vllm_cap > small_cap);
+  expect_no_driver(
+      chord_moe_align(fake32, 4, 2, 64, 16, fake32, vllm_cap, fake32, (vllm_cap + 15) / 16, fake32, nullptr, nullptr));
+  expect_no_driver(chord_silu_and_mul(fake, fake, 4, 2048, nullptr));
+  expect_no_driver(chord_silu_and_mul(reinterpret_cast<void*>(0x1002), reinterpret_cast<void*>(0x2002), 4, 7,
+                                      nullptr));  // scalar path: 2-byte alignment suffices
+  expect_no_driver(chord_moe_combine(fake, reinterpret_cast<float*>(fake32), fake, 4, 8, 7168, nullptr, nullptr));
+  const chord_moe_combine_options_t combine_opts{sizeof(chord_moe_combine_options_t), fake32, fake32, 64};
+  expect_no_driver(chord_moe_combine(fake, reinterpret_cast<float*>(fake32), fake, 4, 8, 7168, &combine_opts, nullptr));
+  // Empty work needs no driver at all.
+  CHECK(chord_silu_and_mul(fake, fake, 0, 2048, nullptr) == CHORD_SUCCESS);
+  CHECK(chord_moe_combine(fake, reinterpret_cast<float*>(fake32), fake, 0, 8, 7168, nullptr, nullptr) == CHORD_SUCCESS);
+  // moe_align with no tokens still writes its outputs (so it launches), but topk_ids may be null.
+  const int64_t empty_cap = chord_moe_align_sorted_capacity(0, 8, 64, 16);
+  expect_no_driver(chord_moe_align(nullptr, 0, 8, 64, 16, fake32, empty_cap, fake32, 1, fake32, nullptr, nullptr));
+
+  // The C++ API: the same status as an exception.
+  try {
+    chordrt::silu_and_mul({fake, fake, 4, 2048}, nullptr);
+    FAIL("no exception");
+  } catch (const chordrt::Error& e) {
+    CHECK((e.status() == CHORD_ERROR_NO_DRIVER || e.status() == CHORD_ERROR_NO_DEVICE));
+  }
+
+  // Failing launches compile nothing.
+  chord_runtime_info_t after{};
+  after.struct_size = sizeof after;
+  REQUIRE(chord_get_runtime_info(&after) == CHORD_SUCCESS);
+  CHECK(after.kernels_compiled == before.kernels_compiled);
+  CHECK(after.kernels_loaded == 0);
+}
+
+TEST_CASE("chord_get_runtime_info", "[capi]") {
+  default_cache_dir();
+  chord_runtime_info_t info{};
+  info.struct_size = sizeof info;
+  info.driver_available = -1;
+  REQUIRE(chord_get_runtime_info(&info) == CHORD_SUCCESS);
+  CHECK(info.driver_available == (driver_ready() ? 1 : 0));
+  if (!driver_ready()) {
+    CHECK(info.device_count == 0);
+    CHECK(info.kernels_loaded == 0);
+  } else {
+    CHECK(info.device_count > 0);
+    CHECK(info.driver_version > 0);
+  }
+  CHECK(info.nvrtc_major >= 12);
+  REQUIRE(info.cache_dir != nullptr);
+  CHECK(std::string(info.cache_dir).size() > 0);
+  if (const char* env = std::getenv("CHORD_CACHE_DIR")) CHECK(std::string(info.cache_dir) == env);
+  const auto cpp = chordrt::runtime_info();
+  CHECK(cpp.cache_dir == info.cache_dir);
+  CHECK(cpp.nvrtc_major == info.nvrtc_major);
+  CHECK(cpp.nvrtc_minor == info.nvrtc_minor);
+  CHECK(cpp.driver_available == (info.driver_available == 1));
+
+  // cache_dir stays valid and unchanged across calls, from any thread.
+  const char* first_dir = info.cache_dir;
+  const std::string first_text = first_dir;
+  std::vector<std::thread> threads;
+  std::vector<std::string> seen(4);
+  std::vector<int> statuses(4, -1);
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&, i] {
+      chord_runtime_info_t mine{};
+      mine.struct_size = sizeof mine;
+      for (int k = 0; k < 100; ++k) statuses[i] = chord_get_runtime_info(&mine);
+      seen[i] = mine.cache_dir;
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int i = 0; i < 4; ++i) {
+    CHECK(statuses[i] == CHORD_SUCCESS);
+    CHECK(seen[i] == first_text);
+  }
+  CHECK(std::string(first_dir) == first_text);
+
+  expect_invalid(chord_get_runtime_info(nullptr), "info is null");
+  chord_runtime_info_t bad{};
+  bad.struct_size = 0;
+  expect_invalid(chord_get_runtime_info(&bad), "struct_size");
+  bad.struct_size = sizeof bad + 8;
+  expect_invalid(chord_get_runtime_info(&bad), "struct_size");
+}
+
+TEST_CASE("chord_prewarm_model argument checks", "[capi]") {
+  default_cache_dir();
+  chord_prewarm_summary_t s{};
+  s.struct_size = sizeof s;
+  expect_invalid(chord_prewarm_model(nullptr, "tp8", "sm_90a", &s), "model is null");
+  expect_invalid(chord_prewarm_model("kimi-k2", nullptr, "sm_90a", &s), "deployment is null");
+  expect_invalid(chord_prewarm_model("kimi-k2", "tp8", nullptr, &s), "arch is null");
+  expect_invalid(chord_prewarm_model("no-such-model", "tp8", "sm_90a", &s), "no-such-model");
+  expect_invalid(chord_prewarm_model("kimi-k2", "x8", "sm_90a", &s), "deployment");
+  expect_invalid(chord_prewarm_model("kimi-k2", "tp8", "sm_9z", &s), "arch");
+  expect_invalid(chord_prewarm_model("kimi-k2", "tp3", "sm_90a", &s), "divisible");
+  chord_prewarm_summary_t bad{};
+  bad.struct_size = 1;
+  expect_invalid(chord_prewarm_model("kimi-k2", "tp8", "sm_90a", &bad), "struct_size");
+}
+
+TEST_CASE("chord_prewarm_model compiles a deployment's kernels into the cache", "[capi][nvrtc]") {
+  default_cache_dir();
+  chord_prewarm_summary_t s{};
+  s.struct_size = sizeof s;
+  REQUIRE(chord_prewarm_model("deepseek-v3", "ep8", "sm_90a", &s) == CHORD_SUCCESS);
+  CHECK(s.failed == 0);
+  // 5 moe_align block sizes + silu_and_mul + moe_combine; earlier runs may have cached some.
+  CHECK(s.compiled + s.cached == 7);
+  if (s.compiled > 0) {
+    CHECK(s.median_compile_ms > 0);
+    CHECK(s.max_compile_ms >= s.median_compile_ms);
+  }
+  chord_prewarm_summary_t again{};
+  again.struct_size = sizeof again;
+  REQUIRE(chord_prewarm_model("deepseek-v3", "ep8", "sm_90a", &again) == CHORD_SUCCESS);
+  CHECK(again.compiled == 0);
+  CHECK(again.cached == 7);
+  CHECK(again.failed == 0);
+  CHECK(again.median_compile_ms == 0);
+  // A null summary is allowed.
+  CHECK(chord_prewarm_model("deepseek-v3", "ep8", "sm_90a", nullptr) == CHORD_SUCCESS);
+}
+
+TEST_CASE("the last error is per thread", "[capi]") {
+  REQUIRE(chord_silu_and_mul(nullptr, g_out, 1, 2048, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
+  const std::string mine = last_error();
+  REQUIRE_THAT(mine, Contains("input is null"));
+
+  std::string fresh_thread_error = "unset", thread_error, thread_error_after;
+  std::thread th([&] {
+    fresh_thread_error = chord_last_error();
+    chord_moe_combine(g_rows, g_weights, nullptr, 1, 2, 512, nullptr, nullptr);
+    thread_error = chord_last_error();
+  });
+  th.join();
+  CHECK(fresh_thread_error.empty());
+  CHECK_THAT(thread_error, Contains("output is null"));
+  CHECK(last_error() == mine);  // the other thread's failure did not overwrite ours
+
+  // The pointer stays valid until this thread's next call.
+  const char* p = chord_last_error();
+  CHECK(std::string(p) == mine);
+}

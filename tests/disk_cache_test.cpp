@@ -1,0 +1,592 @@
+// The on-disk cache on its own: round trips, corruption and truncation, read-only layers, memory-only
+// degradation, LRU pruning, the size cap, clear/list, the per-key lock, parse_size.
+#include "jit_cache/disk_cache.hpp"
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cerrno>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "chordrt/chordrt.hpp"
+#include "jit_cache/cache_key.hpp"
+
+namespace fs = std::filesystem;
+using Catch::Matchers::Contains;
+using chordrt::jit::CacheEntry;
+using chordrt::jit::DiskCache;
+using Status = DiskCache::LoadStatus;
+
+namespace {
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = "/tmp/chordrt-cache-test-XXXXXX";
+    if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    // A test may have left a directory unwritable (non-root runs).
+    for (auto it = fs::recursive_directory_iterator(path_, ec); !ec && it != fs::recursive_directory_iterator();
+         it.increment(ec)) {
+      if (it->is_directory(ec)) ::chmod(it->path().c_str(), 0755);
+    }
+    fs::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+// A synthetic entry; seeds of equal length give entries of equal size.
+CacheEntry make_entry(const std::string& seed, size_t cubin_bytes = 512) {
+  CacheEntry e;
+  e.meta.key = chordrt::jit::hex_digest128(seed);
+  e.cubin.resize(cubin_bytes);
+  for (size_t i = 0; i < cubin_bytes; ++i) e.cubin[i] = static_cast<char>((i * 131 + seed.size() * 7 + seed[0]) & 0xff);
+  e.cubin.replace(0, 4,
+                  "\x7f"
+                  "ELF");
+  e.meta.descriptor = {{"family", "test.family"}, {"arch", "sm_90a"}, {"fields", {{"seed", seed}}}};
+  e.meta.descriptor_text = "test.family[sm_90a]{seed=" + seed + "}";
+  e.meta.lowered_name = "_Z11test_kernelv";
+  e.meta.threads = 128;
+  e.meta.dynamic_smem = 4096;
+  e.meta.cluster = {2, 1, 1};
+  e.meta.cubin_size = e.cubin.size();
+  e.meta.cubin_checksum = chordrt::jit::hex_digest128(e.cubin);
+  e.meta.compile_ms = 12.5;
+  e.meta.nvrtc_version = "13.0";
+  e.meta.created_unix = 1700000000;
+  return e;
+}
+
+fs::path entry_file(const fs::path& root, const std::string& key, const char* ext) {
+  return root / "entries" / key.substr(0, 2) / (key + ext);
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void spit(const fs::path& p, const std::string& bytes) {
+  std::ofstream out(p, std::ios::binary | std::ios::trunc);
+  out << bytes;
+  REQUIRE(out.good());
+}
+
+void flip_byte(const fs::path& p, size_t offset) {
+  std::string bytes = slurp(p);
+  REQUIRE(offset < bytes.size());
+  bytes[offset] = static_cast<char>(bytes[offset] ^ 0x5a);
+  spit(p, bytes);
+}
+
+void set_mtime(const fs::path& p, int64_t unix_seconds) {
+  timespec times[2];
+  times[0].tv_sec = unix_seconds;
+  times[0].tv_nsec = 0;
+  times[1] = times[0];
+  REQUIRE(::utimensat(AT_FDCWD, p.c_str(), times, 0) == 0);
+}
+
+int64_t mtime_of(const fs::path& p) {
+  struct stat st {};
+  REQUIRE(::stat(p.c_str(), &st) == 0);
+  return st.st_mtim.tv_sec;
+}
+
+DiskCache::Options opts(const fs::path& primary, std::vector<fs::path> layers = {}, uint64_t max_bytes = 0) {
+  DiskCache::Options o;
+  o.primary = primary;
+  o.read_only_layers = std::move(layers);
+  o.max_bytes = max_bytes;
+  return o;
+}
+
+const DiskCache::EntryInfo* find_info(const std::vector<DiskCache::EntryInfo>& infos, const fs::path& layer,
+                                      const std::string& key) {
+  for (const auto& i : infos) {
+    if (i.layer == layer && i.key == key) return &i;
+  }
+  return nullptr;
+}
+
+uint64_t entry_bytes(const fs::path& root, const std::string& key) {
+  return fs::file_size(entry_file(root, key, ".json")) + fs::file_size(entry_file(root, key, ".cubin"));
+}
+
+template <typename F>
+std::optional<chordrt::Error> error_of(F&& f) {
+  try {
+    f();
+  } catch (const chordrt::Error& e) {
+    return e;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+TEST_CASE("store then load round-trips an entry", "[cache]") {
+  TempDir t;
+  DiskCache cache(opts(t.path() / "c"));
+  REQUIRE_FALSE(cache.memory_only());
+  const CacheEntry e = make_entry("round-trip");
+  CHECK(cache.load(e.meta.key).status == Status::kMiss);
+  REQUIRE(cache.store(e));
+  CHECK(fs::is_regular_file(entry_file(t.path() / "c", e.meta.key, ".cubin")));
+  CHECK(fs::is_regular_file(entry_file(t.path() / "c", e.meta.key, ".json")));
+
+  const auto r = cache.load(e.meta.key);
+  REQUIRE(r.status == Status::kHit);
+  CHECK(r.problem.empty());
+  CHECK(r.layer == t.path() / "c");
+  CHECK(r.entry.cubin == e.cubin);
+  CHECK(r.entry.meta.to_json() == e.meta.to_json());
+  CHECK(r.entry.meta.cluster == e.meta.cluster);
+  CHECK(r.entry.meta.lowered_name == "_Z11test_kernelv");
+
+  // Another instance on the same directory (another process, later) sees it too.
+  DiskCache again(opts(t.path() / "c"));
+  CHECK(again.load(e.meta.key).status == Status::kHit);
+  CHECK(again.load(make_entry("other-key").meta.key).status == Status::kMiss);
+
+  // Storing the same key again replaces the entry.
+  CacheEntry replaced = make_entry("round-trip", 100);
+  REQUIRE(cache.store(replaced));
+  CHECK(cache.load(e.meta.key).entry.cubin == replaced.cubin);
+
+  // No temp or probe files are left behind.
+  for (const auto& f : fs::recursive_directory_iterator(t.path() / "c")) {
+    INFO(f.path());
+    CHECK(f.path().filename().string().find(".tmp.") == std::string::npos);
+    CHECK(f.path().filename().string().find(".probe") == std::string::npos);
+  }
+}
+
+TEST_CASE("CacheEntryMeta JSON round trip and format check", "[cache]") {
+  const CacheEntry e = make_entry("meta-json");
+  const auto j = e.meta.to_json();
+  CHECK(j.at("format") == 1);
+  const auto back = chordrt::jit::CacheEntryMeta::from_json(j);
+  CHECK(back.to_json() == j);
+  auto future = j;
+  future["format"] = 2;
+  CHECK_THROWS(chordrt::jit::CacheEntryMeta::from_json(future));
+  auto missing = j;
+  missing.erase("cubin_checksum");
+  CHECK_THROWS(chordrt::jit::CacheEntryMeta::from_json(missing));
+}
+
+TEST_CASE("corrupt and truncated entries are detected and removed", "[cache]") {
+  TempDir t;
+  const fs::path root = t.path() / "c";
+  DiskCache cache(opts(root));
+  const CacheEntry e = make_entry("corruption");
+  const std::string& key = e.meta.key;
+  REQUIRE(cache.store(e));
+  const fs::path cubin = entry_file(root, key, ".cubin");
+  const fs::path json = entry_file(root, key, ".json");
+
+  std::string expected_problem;
+  SECTION("a flipped cubin byte") {
+    flip_byte(cubin, 200);
+    expected_problem = "checksum";
+  }
+  SECTION("a truncated cubin") {
+    fs::resize_file(cubin, e.cubin.size() / 2);
+    expected_problem = "bytes";
+  }
+  SECTION("an empty cubin") {
+    fs::resize_file(cubin, 0);
+    expected_problem = "bytes";
+  }
+  SECTION("a missing cubin") {
+    fs::remove(cubin);
+    expected_problem = "cubin missing";
+  }
+  SECTION("garbage metadata") {
+    spit(json, "{\"format\": 1, \"key\": tru");
+    expected_problem = "metadata";
+  }
+  SECTION("truncated metadata") {
+    fs::resize_file(json, fs::file_size(json) / 2);
+    expected_problem = "metadata";
+  }
+  SECTION("metadata of another key") {
+    spit(json, make_entry("somebody-else").meta.to_json().dump());
+    expected_problem = "key";
+  }
+  const auto r = cache.load(key);
+  CHECK(r.status == Status::kCorrupt);
+  CHECK_FALSE(r.problem.empty());
+  CHECK_THAT(r.problem, Contains(expected_problem));
+  CHECK(r.layer == root);
+  // The bad entry is gone, so the caller's rebuild replaces it and the next load is a plain miss.
+  CHECK_FALSE(fs::exists(json));
+  CHECK_FALSE(fs::exists(cubin));
+  CHECK(cache.load(key).status == Status::kMiss);
+  REQUIRE(cache.store(e));
+  const auto again = cache.load(key);
+  CHECK(again.status == Status::kHit);
+  CHECK(again.entry.cubin == e.cubin);
+}
+
+TEST_CASE("read-only layers are searched after the primary", "[cache]") {
+  TempDir t;
+  const fs::path primary = t.path() / "primary";
+  const fs::path layer = t.path() / "layer";
+  const CacheEntry in_layer = make_entry("layer-entry");
+  {
+    DiskCache writer(opts(layer));
+    REQUIRE(writer.store(in_layer));
+  }
+  const fs::path layer_json = entry_file(layer, in_layer.meta.key, ".json");
+  set_mtime(layer_json, 1000000);
+
+  DiskCache cache(opts(primary, {t.path() / "missing-layer", layer}));
+  REQUIRE_FALSE(cache.memory_only());
+
+  SECTION("a key only the layer has") {
+    const auto r = cache.load(in_layer.meta.key);
+    REQUIRE(r.status == Status::kHit);
+    CHECK(r.layer == layer);
+    CHECK(r.entry.cubin == in_layer.cubin);
+    // Nothing was copied into the primary, and the layer was not touched (no LRU refresh).
+    CHECK_FALSE(fs::exists(entry_file(primary, in_layer.meta.key, ".json")));
+    CHECK(mtime_of(layer_json) == 1000000);
+  }
+  SECTION("the primary's copy wins") {
+    CacheEntry newer = make_entry("layer-entry", 300);
+    REQUIRE(cache.store(newer));
+    const auto r = cache.load(in_layer.meta.key);
+    REQUIRE(r.status == Status::kHit);
+    CHECK(r.layer == primary);
+    CHECK(r.entry.cubin == newer.cubin);
+  }
+  SECTION("a corrupt primary entry falls back to the layer's good copy") {
+    REQUIRE(cache.store(in_layer));
+    flip_byte(entry_file(primary, in_layer.meta.key, ".cubin"), 10);
+    const auto r = cache.load(in_layer.meta.key);
+    REQUIRE(r.status == Status::kHit);
+    CHECK(r.layer == layer);
+    CHECK(r.entry.cubin == in_layer.cubin);
+    // The corrupt primary copy was removed.
+    CHECK_FALSE(fs::exists(entry_file(primary, in_layer.meta.key, ".json")));
+    CHECK_FALSE(fs::exists(entry_file(primary, in_layer.meta.key, ".cubin")));
+  }
+  SECTION("a corrupt layer entry is reported but never removed") {
+    flip_byte(entry_file(layer, in_layer.meta.key, ".cubin"), 10);
+    const auto r = cache.load(in_layer.meta.key);
+    CHECK(r.status == Status::kCorrupt);
+    CHECK(r.layer == layer);
+    CHECK_THAT(r.problem, Contains("checksum"));
+    CHECK(fs::exists(layer_json));
+    CHECK(fs::exists(entry_file(layer, in_layer.meta.key, ".cubin")));
+  }
+  SECTION("a corrupt primary entry and no layer copy") {
+    const CacheEntry only_primary = make_entry("only-primary");
+    REQUIRE(cache.store(only_primary));
+    fs::resize_file(entry_file(primary, only_primary.meta.key, ".cubin"), 3);
+    const auto r = cache.load(only_primary.meta.key);
+    CHECK(r.status == Status::kCorrupt);
+    CHECK(r.layer == primary);
+    CHECK(cache.load(only_primary.meta.key).status == Status::kMiss);
+  }
+}
+
+TEST_CASE("an unwritable primary degrades to memory-only", "[cache]") {
+  TempDir t;
+  spit(t.path() / "file", "a regular file");
+  const CacheEntry e = make_entry("memory-only");
+
+  SECTION("primary under a regular file (mkdir fails with ENOTDIR)") {
+    const fs::path primary = t.path() / "file" / "cache";
+    DiskCache cache(opts(primary));
+    CHECK(cache.memory_only());
+    CHECK_FALSE(cache.store(e));
+    CHECK(cache.load(e.meta.key).status == Status::kMiss);
+    CHECK(cache.list().empty());
+    { auto lock = cache.lock_key(e.meta.key); }  // a no-op, does not throw
+    CHECK(fs::is_regular_file(t.path() / "file"));
+  }
+  SECTION("memory-only still reads the read-only layers") {
+    const fs::path layer = t.path() / "layer";
+    {
+      DiskCache writer(opts(layer));
+      REQUIRE(writer.store(e));
+    }
+    DiskCache cache(opts(t.path() / "file" / "cache", {layer}));
+    CHECK(cache.memory_only());
+    const auto r = cache.load(e.meta.key);
+    CHECK(r.status == Status::kHit);
+    CHECK(r.layer == layer);
+    CHECK_FALSE(cache.store(make_entry("memory-only2")));
+  }
+  SECTION("a primary that stops being writable degrades at store") {
+    const fs::path primary = t.path() / "c";
+    DiskCache cache(opts(primary));
+    REQUIRE_FALSE(cache.memory_only());
+    REQUIRE(cache.store(e));
+    // Replace entries/ with a regular file: creating entries/<xx>/ now fails.
+    fs::remove_all(primary / "entries");
+    spit(primary / "entries", "not a directory");
+    CHECK_FALSE(cache.store(make_entry("after-break")));
+    CHECK(cache.memory_only());
+    CHECK_FALSE(cache.store(e));
+  }
+  SECTION("a directory without write permission (only when not root)") {
+    if (::geteuid() == 0) {
+      SUCCEED("running as root: permission bits do not stop root, skipped");
+      return;
+    }
+    const fs::path ro = t.path() / "ro";
+    fs::create_directories(ro);
+    REQUIRE(::chmod(ro.c_str(), 0555) == 0);
+    DiskCache cache(opts(ro / "cache"));
+    CHECK(cache.memory_only());
+    CHECK_FALSE(cache.store(e));
+    ::chmod(ro.c_str(), 0755);
+  }
+}
+
+TEST_CASE("prune removes the least recently used entries first", "[cache]") {
+  TempDir t;
+  const fs::path root = t.path() / "c";
+  DiskCache cache(opts(root));
+  std::vector<CacheEntry> es;
+  for (int i = 0; i < 5; ++i) {
+    es.push_back(make_entry("lru-entry-" + std::to_string(i)));
+    REQUIRE(cache.store(es.back()));
+  }
+  // Distinct last-use times, oldest first, in an order unrelated to key order.
+  for (int i = 0; i < 5; ++i) set_mtime(entry_file(root, es[i].meta.key, ".json"), 1000000 + 1000 * i);
+  uint64_t total = 0;
+  std::vector<uint64_t> bytes;
+  for (const auto& e : es) {
+    bytes.push_back(entry_bytes(root, e.meta.key));
+    total += bytes.back();
+  }
+  const auto infos = cache.list();
+  REQUIRE(infos.size() == 5);
+  for (int i = 0; i < 5; ++i) {
+    const auto* info = find_info(infos, root, es[i].meta.key);
+    REQUIRE(info != nullptr);
+    CHECK(info->last_used_unix == 1000000 + 1000 * i);
+    CHECK(info->bytes == bytes[i]);
+  }
+
+  SECTION("down to the two newest") {
+    const auto r = cache.prune(bytes[3] + bytes[4]);
+    CHECK(r.removed == 3);
+    CHECK(r.bytes_before == total);
+    CHECK(r.bytes_after == bytes[3] + bytes[4]);
+    for (int i = 0; i < 3; ++i) CHECK(cache.load(es[i].meta.key).status == Status::kMiss);
+    for (int i = 3; i < 5; ++i) CHECK(cache.load(es[i].meta.key).status == Status::kHit);
+  }
+  SECTION("a load refreshes an entry's LRU time") {
+    REQUIRE(cache.load(es[0].meta.key).status == Status::kHit);
+    CHECK(mtime_of(entry_file(root, es[0].meta.key, ".json")) > 1000000 + 1000 * 4);
+    const auto r = cache.prune(bytes[0] + bytes[4]);
+    CHECK(r.removed == 3);
+    CHECK(cache.load(es[0].meta.key).status == Status::kHit);
+    CHECK(cache.load(es[4].meta.key).status == Status::kHit);
+    for (int i = 1; i < 4; ++i) CHECK(cache.load(es[i].meta.key).status == Status::kMiss);
+  }
+  SECTION("a cap above the total removes nothing, zero removes everything") {
+    auto r = cache.prune(total);
+    CHECK(r.removed == 0);
+    CHECK(r.bytes_after == total);
+    CHECK(cache.list().size() == 5);
+    r = cache.prune(0);
+    CHECK(r.removed == 5);
+    CHECK(r.bytes_after == 0);
+    CHECK(cache.list().empty());
+  }
+  SECTION("one byte under the total removes only the oldest") {
+    const auto r = cache.prune(total - 1);
+    CHECK(r.removed == 1);
+    CHECK(cache.load(es[0].meta.key).status == Status::kMiss);
+    CHECK(cache.list().size() == 4);
+  }
+}
+
+TEST_CASE("max_bytes is enforced at store", "[cache]") {
+  TempDir t;
+  const fs::path root = t.path() / "c";
+  std::vector<CacheEntry> es;
+  for (int i = 0; i < 3; ++i) es.push_back(make_entry("cap-entry-" + std::to_string(i)));
+  // Measure one entry's size on disk (all three are the same size).
+  uint64_t one = 0;
+  {
+    DiskCache probe(opts(t.path() / "probe"));
+    for (const auto& e : es) REQUIRE(probe.store(e));
+    one = entry_bytes(t.path() / "probe", es[0].meta.key);
+    REQUIRE(entry_bytes(t.path() / "probe", es[1].meta.key) == one);
+    REQUIRE(entry_bytes(t.path() / "probe", es[2].meta.key) == one);
+  }
+  const uint64_t cap = 2 * one + one / 2;
+  DiskCache cache(opts(root, {}, cap));
+  REQUIRE(cache.store(es[0]));
+  set_mtime(entry_file(root, es[0].meta.key, ".json"), 1000000);
+  REQUIRE(cache.store(es[1]));
+  set_mtime(entry_file(root, es[1].meta.key, ".json"), 2000000);
+  CHECK(cache.list().size() == 2);
+  REQUIRE(cache.store(es[2]));
+  const auto infos = cache.list();
+  CHECK(infos.size() == 2);
+  uint64_t sum = 0;
+  for (const auto& i : infos) sum += i.bytes;
+  CHECK(sum <= cap);
+  CHECK(cache.load(es[0].meta.key).status == Status::kMiss);
+  CHECK(cache.load(es[1].meta.key).status == Status::kHit);
+  CHECK(cache.load(es[2].meta.key).status == Status::kHit);
+}
+
+TEST_CASE("list reports every layer's entries, verified", "[cache]") {
+  TempDir t;
+  const fs::path root = t.path() / "c";
+  const fs::path layer = t.path() / "layer";
+  const CacheEntry good = make_entry("list-good");
+  const CacheEntry bad = make_entry("list-bad!");
+  const CacheEntry layered = make_entry("list-layer");
+  {
+    DiskCache writer(opts(layer));
+    REQUIRE(writer.store(layered));
+  }
+  DiskCache cache(opts(root, {layer}));
+  REQUIRE(cache.store(good));
+  REQUIRE(cache.store(bad));
+  flip_byte(entry_file(root, bad.meta.key, ".cubin"), 7);
+  set_mtime(entry_file(root, good.meta.key, ".json"), 1234567);
+  // Files that are not entries are ignored.
+  spit(root / "entries" / "zz-not-a-key.json", "{}");
+  spit(entry_file(root, good.meta.key, ".json.tmp.1.2"), "partial");
+
+  const auto infos = cache.list();
+  CHECK(infos.size() == 3);
+  const auto* g = find_info(infos, root, good.meta.key);
+  REQUIRE(g != nullptr);
+  CHECK(g->problem.empty());
+  CHECK_FALSE(g->read_only_layer);
+  REQUIRE(g->meta.has_value());
+  CHECK(g->meta->descriptor_text == good.meta.descriptor_text);
+  CHECK(g->bytes == entry_bytes(root, good.meta.key));
+  CHECK(g->last_used_unix == 1234567);
+
+  const auto* b = find_info(infos, root, bad.meta.key);
+  REQUIRE(b != nullptr);
+  CHECK_THAT(b->problem, Contains("checksum"));
+  CHECK(b->meta.has_value());  // the metadata itself is readable
+
+  const auto* l = find_info(infos, layer, layered.meta.key);
+  REQUIRE(l != nullptr);
+  CHECK(l->read_only_layer);
+  CHECK(l->problem.empty());
+  // list() only looks: the corrupt entry is still there.
+  CHECK(fs::exists(entry_file(root, bad.meta.key, ".cubin")));
+}
+
+TEST_CASE("clear removes every primary entry and lock", "[cache]") {
+  TempDir t;
+  const fs::path root = t.path() / "c";
+  const fs::path layer = t.path() / "layer";
+  {
+    DiskCache writer(opts(layer));
+    REQUIRE(writer.store(make_entry("clear-layer")));
+  }
+  DiskCache cache(opts(root, {layer}));
+  std::vector<CacheEntry> es;
+  for (int i = 0; i < 3; ++i) {
+    es.push_back(make_entry("clear-" + std::to_string(i)));
+    REQUIRE(cache.store(es.back()));
+    auto lock = cache.lock_key(es.back().meta.key);
+  }
+  CHECK_FALSE(fs::is_empty(root / "locks"));
+  CHECK(cache.clear() == 3);
+  CHECK(fs::is_directory(root / "entries"));
+  CHECK(fs::is_empty(root / "entries"));
+  CHECK(fs::is_empty(root / "locks"));
+  for (const auto& e : es) CHECK(cache.load(e.meta.key).status == Status::kMiss);
+  // The layer is untouched.
+  const auto infos = cache.list();
+  REQUIRE(infos.size() == 1);
+  CHECK(infos[0].layer == layer);
+  CHECK(cache.clear() == 0);
+  // Still usable afterwards.
+  REQUIRE(cache.store(es[0]));
+  CHECK(cache.load(es[0].meta.key).status == Status::kHit);
+}
+
+TEST_CASE("the key lock excludes other processes", "[cache]") {
+  TempDir t;
+  const fs::path root = t.path() / "c";
+  DiskCache cache(opts(root));
+  const std::string key = make_entry("locked").meta.key;
+  const fs::path lock_path = root / "locks" / (key + ".lock");
+  // A child tries a non-blocking flock on the same lock file: 0 = got it, 1 = would block.
+  auto child_try_lock = [&]() {
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+      if (fd < 0) ::_exit(2);
+      int rc = ::flock(fd, LOCK_EX | LOCK_NB);
+      ::_exit(rc == 0 ? 0 : (errno == EWOULDBLOCK ? 1 : 3));
+    }
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  {
+    auto lock = cache.lock_key(key);
+    REQUIRE(fs::exists(lock_path));
+    CHECK(child_try_lock() == 1);
+    auto moved = std::move(lock);  // moving keeps the lock held
+    CHECK(child_try_lock() == 1);
+  }
+  CHECK(child_try_lock() == 0);
+}
+
+TEST_CASE("parse_size", "[cache]") {
+  using chordrt::jit::parse_size;
+  CHECK(parse_size("100") == 100);
+  CHECK(parse_size("0") == 0);
+  CHECK(parse_size("4K") == 4096);
+  CHECK(parse_size("512M") == 512ull << 20);
+  CHECK(parse_size("512m") == 512ull << 20);
+  CHECK(parse_size("2G") == 2ull << 30);
+  CHECK(parse_size("1Gi") == 1ull << 30);
+  CHECK(parse_size("2GB") == 2ull << 30);
+  CHECK(parse_size("3MiB") == 3ull << 20);
+  CHECK(parse_size("1T") == 1ull << 40);
+  CHECK(parse_size("1048576") == 1048576);
+  for (const char* bad : {"", "abc", "M", "12X", "1.5G", "-1", "-5M", "G2", "1 G", "1KK", "1i", "2iB",
+                          "99999999999999999999999", "16777216T", "18446744073709551615K"}) {
+    INFO("\"" << bad << "\"");
+    auto e = error_of([&] { (void)parse_size(bad); });
+    REQUIRE(e.has_value());
+    CHECK(e->status() == CHORD_ERROR_INVALID_ARGUMENT);
+    CHECK_THAT(std::string(e->what()), Contains("size"));
+  }
+}

@@ -1,0 +1,102 @@
+// Launch configurations of the glue kernels: pure functions, checked exhaustively over ranges.
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <vector>
+
+#include "heuristics/glue.hpp"
+
+using chordrt::heuristics::ElementwiseConfig;
+using chordrt::heuristics::rowwise_grid;
+using chordrt::heuristics::select_moe_align;
+using chordrt::heuristics::select_rowwise;
+
+namespace {
+
+bool is_power_of_two(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
+
+std::vector<int64_t> row_sizes() {
+  std::vector<int64_t> sizes;
+  for (int64_t n = 1; n <= 4200; ++n) sizes.push_back(n);
+  for (int64_t n :
+       std::initializer_list<int64_t>{5120, 6144, 7168, 8192, 12288, 14336, 16384, 18432, 28672, 65536, 65537, 1 << 20,
+                                      (1 << 20) + 2, (1 << 20) + 4, 2147483647, 2147483640}) {
+    sizes.push_back(n);
+  }
+  return sizes;
+}
+
+}  // namespace
+
+TEST_CASE("select_rowwise: widest dividing vector, narrowest covering CTA", "[heuristics]") {
+  for (int64_t n : row_sizes()) {
+    INFO("row " << n);
+    const ElementwiseConfig c = select_rowwise(n);
+    // vec: the largest of 8/4/2/1 that divides the row.
+    int expected_vec = 1;
+    for (int v : {8, 4, 2}) {
+      if (n % v == 0) {
+        expected_vec = v;
+        break;
+      }
+    }
+    REQUIRE(c.vec == expected_vec);
+    // threads: a power of two in [32, 256], covering the row's vectors when it can, and no wider
+    // than needed.
+    REQUIRE(is_power_of_two(c.threads));
+    REQUIRE(c.threads >= 32);
+    REQUIRE(c.threads <= 256);
+    const int64_t vecs = n / c.vec;
+    REQUIRE((c.threads >= vecs || c.threads == 256));
+    REQUIRE((c.threads == 32 || c.threads / 2 < vecs));
+  }
+  // Spot values.
+  CHECK(select_rowwise(2048).vec == 8);
+  CHECK(select_rowwise(2048).threads == 256);
+  CHECK(select_rowwise(256).threads == 32);
+  CHECK(select_rowwise(264).threads == 64);  // 33 vectors
+  CHECK(select_rowwise(7).vec == 1);
+  CHECK(select_rowwise(7).threads == 32);
+  CHECK(select_rowwise(100).vec == 4);
+  CHECK(select_rowwise(100).threads == 32);
+  CHECK(select_rowwise(7168).vec == 8);
+  CHECK(select_rowwise(7168).threads == 256);
+  CHECK(select_rowwise(258).vec == 2);
+  CHECK(select_rowwise(258).threads == 256);  // 129 vectors
+}
+
+TEST_CASE("rowwise_grid: x covers the row, y is the rows capped at 65535", "[heuristics]") {
+  for (int64_t n : row_sizes()) {
+    const ElementwiseConfig c = select_rowwise(n);
+    const auto g = rowwise_grid(10, n, c);
+    const int64_t per_cta = int64_t{c.vec} * c.threads;
+    INFO("row " << n << " x " << g.x);
+    REQUIRE(g.x >= 1);
+    REQUIRE(int64_t{g.x} * per_cta >= n);       // covers the row
+    REQUIRE((int64_t{g.x} - 1) * per_cta < n);  // no CTA is idle
+    REQUIRE(g.y == 10);
+  }
+  const ElementwiseConfig c = select_rowwise(7168);  // 8 x 256 = 2048 per CTA
+  CHECK(rowwise_grid(1, 7168, c).x == 4);
+  CHECK(rowwise_grid(1, 7168, c).y == 1);
+  CHECK(rowwise_grid(0, 7168, c).y == 1);
+  CHECK(rowwise_grid(65534, 7168, c).y == 65534);
+  CHECK(rowwise_grid(65535, 7168, c).y == 65535);
+  CHECK(rowwise_grid(65536, 7168, c).y == 65535);
+  CHECK(rowwise_grid(int64_t{1} << 40, 7168, c).y == 65535);
+  CHECK(rowwise_grid(3, 7, select_rowwise(7)).x == 1);
+  CHECK(rowwise_grid(3, 2147483647, select_rowwise(2147483647)).x == (2147483647u + 255u) / 256u);
+}
+
+TEST_CASE("select_moe_align: 1024 threads up to 512 experts, 512 beyond", "[heuristics]") {
+  for (int e = 1; e <= chordrt::heuristics::kMoeAlignMaxExperts; ++e) {
+    INFO("experts " << e);
+    const int threads = select_moe_align(e).threads;
+    REQUIRE(threads == (e <= 512 ? 1024 : 512));
+    // The per-warp uint16 count table must fit the 48 KB of static shared memory.
+    REQUIRE(2 * (threads / 32) * e <= 48 * 1024);
+  }
+  CHECK(select_moe_align(384).threads == 1024);
+  CHECK(select_moe_align(512).threads == 1024);
+  CHECK(select_moe_align(513).threads == 512);
+  CHECK(chordrt::heuristics::kMoeAlignMaxExperts == 1024);
+}

@@ -1,0 +1,481 @@
+// The JIT runtime without a GPU: memo / disk / compile tiers, rebuilding corrupt entries, many processes
+// compiling the same kernels at once, read-only layers, memory-only mode, prewarm bookkeeping.
+#include "runtime/jit_runtime.hpp"
+
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cerrno>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "chordrt/chordrt.hpp"
+#include "jit_cache/disk_cache.hpp"
+#include "runtime/driver.hpp"
+#include "runtime/kernel_registry.hpp"
+#include "runtime/ops/glue.hpp"
+#include "runtime/prewarm.hpp"
+
+namespace fs = std::filesystem;
+using Catch::Matchers::Contains;
+using chordrt::EnsureResult;
+using chordrt::ImageSource;
+using chordrt::JitOptions;
+using chordrt::JitRuntime;
+using chordrt::jit::Arch;
+using chordrt::jit::Descriptor;
+using chordrt::jit::DiskCache;
+
+namespace {
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = "/tmp/chordrt-runtime-test-XXXXXX";
+    if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+JitOptions options_for(const fs::path& dir) {
+  JitOptions o;
+  o.cache.primary = dir;
+  return o;
+}
+
+const Arch kHopper{90, 'a'};
+
+fs::path entry_file(const fs::path& root, const std::string& key, const char* ext) {
+  return root / "entries" / key.substr(0, 2) / (key + ext);
+}
+
+void flip_byte(const fs::path& p, size_t offset) {
+  std::string bytes;
+  {
+    std::ifstream in(p, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    bytes = ss.str();
+  }
+  REQUIRE(offset < bytes.size());
+  bytes[offset] = static_cast<char>(bytes[offset] ^ 0xff);
+  std::ofstream(p, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+char source_letter(ImageSource s) {
+  switch (s) {
+    case ImageSource::kMemory:
+      return 'M';
+    case ImageSource::kDisk:
+      return 'D';
+    case ImageSource::kCompiled:
+      return 'C';
+  }
+  return '?';
+}
+
+bool write_all(int fd, const std::string& s) {
+  const char* p = s.data();
+  size_t left = s.size();
+  while (left > 0) {
+    ssize_t n = ::write(fd, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+std::string read_all(int fd) {
+  std::string out;
+  char buf[4096];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  return out;
+}
+
+// Forks n children (before any thread exists in this test), holds them at a barrier (a pipe whose
+// write end the parent closes once all are forked, so they all see EOF together), runs body(i) in each
+// and returns what each produced. A child that throws reports "error: <what>".
+std::vector<std::string> run_children_together(int n, const std::function<std::string(int)>& body) {
+  int start[2];
+  REQUIRE(::pipe(start) == 0);
+  std::vector<pid_t> pids;
+  std::vector<int> outputs;
+  for (int i = 0; i < n; ++i) {
+    int out[2];
+    REQUIRE(::pipe(out) == 0);
+    pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      ::close(start[1]);
+      ::close(out[0]);
+      char c;
+      while (::read(start[0], &c, 1) < 0 && errno == EINTR) {
+      }
+      std::string result;
+      int code = 0;
+      try {
+        result = body(i);
+      } catch (const std::exception& e) {
+        result = std::string("error: ") + e.what();
+        code = 3;
+      }
+      if (!write_all(out[1], result)) code = 4;
+      ::_exit(code);
+    }
+    ::close(out[1]);
+    pids.push_back(pid);
+    outputs.push_back(out[0]);
+  }
+  ::close(start[0]);
+  ::close(start[1]);  // go
+  std::vector<std::string> results;
+  for (int i = 0; i < n; ++i) {
+    results.push_back(read_all(outputs[i]));
+    ::close(outputs[i]);
+    int status = 0;
+    while (::waitpid(pids[i], &status, 0) < 0 && errno == EINTR) {
+    }
+    INFO("child " << i << ": " << results.back());
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+  }
+  return results;
+}
+
+// Threads of this process (fork is only safe while there is one).
+size_t thread_count() {
+  size_t n = 0;
+  std::error_code ec;
+  for (auto it = fs::directory_iterator("/proc/self/task", ec); !ec && it != fs::directory_iterator();
+       it.increment(ec)) {
+    ++n;
+  }
+  return n;
+}
+
+void check_no_torn_entries(const fs::path& root, size_t expected_entries) {
+  DiskCache cache(chordrt::jit::DiskCache::Options{root, {}, 0});
+  const auto infos = cache.list();
+  CHECK(infos.size() == expected_entries);
+  for (const auto& i : infos) {
+    INFO(i.key);
+    CHECK(i.problem.empty());
+    CHECK(i.meta.has_value());
+  }
+  for (const auto& f : fs::recursive_directory_iterator(root / "entries")) {
+    INFO(f.path());
+    CHECK(f.path().filename().string().find(".tmp.") == std::string::npos);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("ensure_compiled: compile once, then memory, then disk", "[runtime]") {
+  TempDir t;
+  const Descriptor d = chordrt::ops::silu_and_mul_descriptor(kHopper, 2048);
+  std::string key;
+  {
+    JitRuntime rt(options_for(t.path()));
+    const EnsureResult first = rt.ensure_compiled(d);
+    CHECK(first.source == ImageSource::kCompiled);
+    CHECK(first.compile_ms > 0);
+    CHECK(first.key == rt.key_of(d));
+    key = first.key;
+    CHECK(rt.stats().compiled == 1);
+    CHECK(rt.stats().disk_hits == 0);
+    CHECK(rt.stats().loaded == 0);
+    CHECK(fs::is_regular_file(entry_file(t.path(), key, ".cubin")));
+    CHECK(fs::is_regular_file(entry_file(t.path(), key, ".json")));
+
+    const EnsureResult second = rt.ensure_compiled(d);
+    CHECK(second.source == ImageSource::kMemory);
+    CHECK(second.key == key);
+    CHECK(second.compile_ms == 0);
+    CHECK(rt.stats().compiled == 1);
+
+    // The entry's metadata describes the kernel.
+    const auto loaded = rt.disk().load(key);
+    REQUIRE(loaded.status == DiskCache::LoadStatus::kHit);
+    CHECK(loaded.entry.meta.descriptor == chordrt::descriptor_to_json(d));
+    CHECK(loaded.entry.meta.descriptor_text == chordrt::jit::to_string(d));
+    CHECK(loaded.entry.meta.threads == static_cast<uint32_t>(d.get("threads")));
+    CHECK_FALSE(loaded.entry.meta.lowered_name.empty());
+    CHECK(loaded.entry.meta.compile_ms == first.compile_ms);
+  }
+  JitRuntime fresh(options_for(t.path()));
+  const EnsureResult third = fresh.ensure_compiled(d);
+  CHECK(third.source == ImageSource::kDisk);
+  CHECK(third.key == key);
+  CHECK(fresh.stats().compiled == 0);
+  CHECK(fresh.stats().disk_hits == 1);
+  CHECK(fresh.ensure_compiled(d).source == ImageSource::kMemory);
+  CHECK(fresh.stats().disk_hits == 1);
+}
+
+TEST_CASE("a corrupt cubin on disk is rebuilt", "[runtime]") {
+  TempDir t;
+  const Descriptor d = chordrt::ops::moe_combine_descriptor(kHopper, 8, 7168, false);
+  std::string key;
+  {
+    JitRuntime rt(options_for(t.path()));
+    key = rt.ensure_compiled(d).key;
+  }
+  SECTION("flipped byte") { flip_byte(entry_file(t.path(), key, ".cubin"), 64); }
+  SECTION("truncated cubin") { fs::resize_file(entry_file(t.path(), key, ".cubin"), 16); }
+  SECTION("garbage metadata") { std::ofstream(entry_file(t.path(), key, ".json"), std::ios::trunc) << "{]"; }
+
+  JitRuntime rebuild(options_for(t.path()));
+  const EnsureResult r = rebuild.ensure_compiled(d);
+  CHECK(r.source == ImageSource::kCompiled);
+  CHECK(r.key == key);
+  CHECK(rebuild.stats().compiled == 1);
+  check_no_torn_entries(t.path(), 1);
+  JitRuntime after(options_for(t.path()));
+  CHECK(after.ensure_compiled(d).source == ImageSource::kDisk);
+  CHECK(after.disk().load(key).status == DiskCache::LoadStatus::kHit);
+}
+
+TEST_CASE("six processes compiling the same kernel at once compile it once", "[runtime][concurrency]") {
+  TempDir t;
+  const fs::path dir = t.path() / "shared";
+  const Descriptor d = chordrt::ops::moe_align_descriptor(kHopper, 256, 16, false);
+  if (thread_count() != 1) WARN("forking with " << thread_count() << " threads");
+  const auto results = run_children_together(6, [&](int) {
+    JitRuntime rt(options_for(dir));
+    return std::string(1, source_letter(rt.ensure_compiled(d).source));
+  });
+  REQUIRE(results.size() == 6);
+  INFO("children: " << results[0] << results[1] << results[2] << results[3] << results[4] << results[5]);
+  CHECK(std::count(results.begin(), results.end(), "C") == 1);
+  CHECK(std::count(results.begin(), results.end(), "D") == 5);
+  check_no_torn_entries(dir, 1);
+  JitRuntime rt(options_for(dir));
+  const auto infos = rt.disk().list();
+  REQUIRE(infos.size() == 1);
+  CHECK(infos[0].key == rt.key_of(d));
+}
+
+TEST_CASE("six processes compiling three kernels in different orders", "[runtime][concurrency]") {
+  TempDir t;
+  const fs::path dir = t.path() / "shared";
+  const std::vector<Descriptor> ds = {chordrt::ops::moe_align_descriptor(kHopper, 128, 32, true),
+                                      chordrt::ops::silu_and_mul_descriptor(kHopper, 1536),
+                                      chordrt::ops::moe_combine_descriptor(kHopper, 6, 5120, true)};
+  const int orders[6][3] = {{0, 1, 2}, {2, 1, 0}, {1, 0, 2}, {1, 2, 0}, {2, 0, 1}, {0, 2, 1}};
+  const auto results = run_children_together(6, [&](int child) {
+    JitRuntime rt(options_for(dir));
+    std::string sources(3, '?');
+    for (int i : orders[child]) sources[i] = source_letter(rt.ensure_compiled(ds[i]).source);
+    return sources;
+  });
+  REQUIRE(results.size() == 6);
+  for (size_t i = 0; i < ds.size(); ++i) {
+    int compiled = 0, from_disk = 0;
+    for (const auto& r : results) {
+      REQUIRE(r.size() == 3);
+      compiled += r[i] == 'C';
+      from_disk += r[i] == 'D';
+    }
+    INFO(chordrt::jit::to_string(ds[i]) << ": " << results[0] << " " << results[1] << " " << results[2] << " "
+                                        << results[3] << " " << results[4] << " " << results[5]);
+    CHECK(compiled == 1);
+    CHECK(from_disk == 5);
+  }
+  check_no_torn_entries(dir, 3);
+  JitRuntime rt(options_for(dir));
+  for (const auto& d : ds) CHECK(rt.ensure_compiled(d).source == ImageSource::kDisk);
+}
+
+TEST_CASE("threads of one runtime compiling the same kernel compile it once", "[runtime][concurrency]") {
+  TempDir t;
+  JitRuntime rt(options_for(t.path()));
+  const Descriptor d = chordrt::ops::silu_and_mul_descriptor(kHopper, 100);
+  std::vector<ImageSource> sources(4);
+  std::vector<std::string> errors(4);
+  {
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 4; ++i) {
+      threads.emplace_back([&, i] {
+        try {
+          sources[i] = rt.ensure_compiled(d).source;
+        } catch (const std::exception& e) {
+          errors[i] = e.what();
+        }
+      });
+    }
+    for (auto& th : threads) th.join();
+  }
+  for (const auto& e : errors) CHECK(e.empty());
+  CHECK(std::count(sources.begin(), sources.end(), ImageSource::kCompiled) == 1);
+  CHECK(rt.stats().compiled == 1);
+  check_no_torn_entries(t.path(), 1);
+}
+
+TEST_CASE("read-only layers serve a runtime without copying into its primary", "[runtime]") {
+  TempDir t;
+  const Descriptor d = chordrt::ops::silu_and_mul_descriptor(kHopper, 7);
+  {
+    JitRuntime builder(options_for(t.path() / "shipped"));
+    REQUIRE(builder.ensure_compiled(d).source == ImageSource::kCompiled);
+  }
+  JitOptions o = options_for(t.path() / "primary");
+  o.cache.read_only_layers = {t.path() / "shipped"};
+  JitRuntime rt(o);
+  CHECK(rt.ensure_compiled(d).source == ImageSource::kDisk);
+  CHECK(rt.stats().compiled == 0);
+  DiskCache primary_only(DiskCache::Options{t.path() / "primary", {}, 0});
+  CHECK(primary_only.list().empty());
+}
+
+TEST_CASE("a memory-only runtime still compiles, but nothing persists", "[runtime]") {
+  TempDir t;
+  std::ofstream(t.path() / "file") << "x";
+  const Descriptor d = chordrt::ops::silu_and_mul_descriptor(kHopper, 7);
+  JitRuntime rt(options_for(t.path() / "file" / "cache"));
+  CHECK(rt.disk().memory_only());
+  CHECK(rt.ensure_compiled(d).source == ImageSource::kCompiled);
+  CHECK(rt.ensure_compiled(d).source == ImageSource::kMemory);
+  JitRuntime again(options_for(t.path() / "file" / "cache"));
+  CHECK(again.ensure_compiled(d).source == ImageSource::kCompiled);
+}
+
+TEST_CASE("strict mode and miss recording only concern run-time misses", "[runtime]") {
+  TempDir t;
+  JitOptions o = options_for(t.path() / "c");
+  o.strict = true;
+  o.record_misses = (t.path() / "misses.jsonl").string();
+  JitRuntime rt(o);
+  const Descriptor d = chordrt::ops::moe_combine_descriptor(kHopper, 2, 256, false);
+  // Strict mode (CHORD_JIT_STRICT) turns a miss inside kernel() -- a launch -- into STRICT_MISS, and
+  // record_misses logs such misses; kernel() needs a driver and a context, so neither can be observed on
+  // a machine without a GPU. What is testable: ensure_compiled is the ahead-of-time path (prewarm), which
+  // strict mode must not block, and which is not a run-time miss to record.
+  CHECK(rt.ensure_compiled(d).source == ImageSource::kCompiled);
+  CHECK(rt.ensure_compiled(d).source == ImageSource::kMemory);
+  CHECK_FALSE(fs::exists(o.record_misses));
+
+  if (chordrt::driver().state != chordrt::DriverState::kReady) {
+    // Compile-only mode: a launch path fails with the driver's status before any lookup or compile.
+    const Descriptor other = chordrt::ops::moe_combine_descriptor(kHopper, 3, 256, false);
+    try {
+      rt.kernel(other, chordrt::ContextState{}, nullptr);
+      FAIL("kernel() succeeded without a driver");
+    } catch (const chordrt::Error& e) {
+      CHECK((e.status() == CHORD_ERROR_NO_DRIVER || e.status() == CHORD_ERROR_NO_DEVICE));
+    }
+    CHECK(rt.stats().compiled == 1);
+    CHECK(rt.stats().loaded == 0);
+  }
+}
+
+TEST_CASE("prewarm_one reports what it did and never throws", "[runtime][prewarm]") {
+  TempDir t;
+  JitRuntime rt(options_for(t.path()));
+  const Descriptor d = chordrt::ops::silu_and_mul_descriptor(kHopper, 4096);
+  const auto first = chordrt::prewarm_one(rt, d);
+  CHECK(first.ok);
+  CHECK_FALSE(first.cached);
+  CHECK(first.compile_ms > 0);
+  CHECK(first.error.empty());
+  CHECK(first.descriptor == chordrt::jit::to_string(d));
+  const auto second = chordrt::prewarm_one(rt, d);
+  CHECK(second.ok);
+  CHECK(second.cached);
+  CHECK(second.compile_ms == 0);
+
+  JitRuntime other(options_for(t.path()));
+  const auto from_disk = chordrt::prewarm_one(other, d);
+  CHECK(from_disk.ok);
+  CHECK(from_disk.cached);
+
+  // A descriptor the family rejects (vec must be 1, 2, 4 or 8).
+  Descriptor bad = d;
+  bad.values[0] = 3;
+  const auto failed = chordrt::prewarm_one(rt, bad);
+  CHECK_FALSE(failed.ok);
+  CHECK_THAT(failed.error, Contains("range"));
+
+  const std::vector<chordrt::PrewarmItem> items = {first, second, from_disk, failed};
+  const auto s = chordrt::summarize(items);
+  CHECK(s.compiled == 1);
+  CHECK(s.cached == 2);
+  CHECK(s.failed == 1);
+  CHECK(s.median_compile_ms == Approx(first.compile_ms));
+  CHECK(s.max_compile_ms == Approx(first.compile_ms));
+}
+
+TEST_CASE("summarize counts and the median / max of compile times", "[prewarm]") {
+  auto compiled = [](double ms) {
+    chordrt::PrewarmItem i;
+    i.ok = true;
+    i.compile_ms = ms;
+    return i;
+  };
+  chordrt::PrewarmItem cached;
+  cached.ok = true;
+  cached.cached = true;
+  cached.compile_ms = 1000;  // ignored: nothing was compiled
+  chordrt::PrewarmItem failed;
+  failed.error = "boom";
+  failed.compile_ms = 2000;
+
+  SECTION("nothing") {
+    const auto s = chordrt::summarize({});
+    CHECK(s.compiled == 0);
+    CHECK(s.cached == 0);
+    CHECK(s.failed == 0);
+    CHECK(s.median_compile_ms == 0);
+    CHECK(s.max_compile_ms == 0);
+  }
+  SECTION("odd count, unsorted") {
+    const std::vector<chordrt::PrewarmItem> items = {compiled(50), cached, compiled(10), failed, compiled(30)};
+    const auto s = chordrt::summarize(items);
+    CHECK(s.compiled == 3);
+    CHECK(s.cached == 1);
+    CHECK(s.failed == 1);
+    CHECK(s.median_compile_ms == Approx(30));
+    CHECK(s.max_compile_ms == Approx(50));
+  }
+  SECTION("even count") {
+    const std::vector<chordrt::PrewarmItem> items = {compiled(4), compiled(1), compiled(100), compiled(2)};
+    const auto s = chordrt::summarize(items);
+    CHECK(s.compiled == 4);
+    CHECK(s.median_compile_ms == Approx(3));
+    CHECK(s.max_compile_ms == Approx(100));
+  }
+  SECTION("only cached and failed") {
+    const std::vector<chordrt::PrewarmItem> items = {cached, cached, failed};
+    const auto s = chordrt::summarize(items);
+    CHECK(s.compiled == 0);
+    CHECK(s.cached == 2);
+    CHECK(s.failed == 1);
+    CHECK(s.median_compile_ms == 0);
+    CHECK(s.max_compile_ms == 0);
+  }
+}

@@ -1,0 +1,296 @@
+// Models (presets and config.json files), deployments, and the descriptors a deployment dispatches.
+#include "runtime/model_plan.hpp"
+
+#include <stdlib.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "chordrt/chordrt.hpp"
+#include "runtime/kernel_registry.hpp"
+#include "runtime/ops/glue.hpp"
+
+namespace fs = std::filesystem;
+using Catch::Matchers::Contains;
+using chordrt::Deployment;
+using chordrt::MoeModelShape;
+using chordrt::jit::Arch;
+using chordrt::jit::Descriptor;
+
+namespace {
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = "/tmp/chordrt-plan-test-XXXXXX";
+    if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+const Arch kHopper{90, 'a'};
+
+template <typename F>
+std::optional<chordrt::Error> error_of(F&& f) {
+  try {
+    f();
+  } catch (const chordrt::Error& e) {
+    return e;
+  }
+  return std::nullopt;
+}
+
+std::string write_file(const TempDir& t, const std::string& name, const std::string& text) {
+  const fs::path p = t.path() / name;
+  std::ofstream(p) << text;
+  return p.string();
+}
+
+std::vector<Descriptor> of_family(const std::vector<Descriptor>& ds, std::string_view family) {
+  std::vector<Descriptor> out;
+  for (const auto& d : ds) {
+    if (d.schema->family == family) out.push_back(d);
+  }
+  return out;
+}
+
+void check_no_duplicates(const std::vector<Descriptor>& ds) {
+  for (size_t i = 0; i < ds.size(); ++i) {
+    for (size_t j = i + 1; j < ds.size(); ++j) {
+      INFO(chordrt::jit::to_string(ds[i]));
+      CHECK_FALSE(ds[i] == ds[j]);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("model presets", "[plan]") {
+  const auto names = chordrt::model_preset_names();
+  CHECK(std::find(names.begin(), names.end(), "kimi-k2") != names.end());
+  CHECK(std::find(names.begin(), names.end(), "deepseek-v3") != names.end());
+  const MoeModelShape kimi = chordrt::resolve_model("kimi-k2");
+  CHECK(kimi.name == "kimi-k2");
+  CHECK(kimi.hidden == 7168);
+  CHECK(kimi.moe_intermediate == 2048);
+  CHECK(kimi.num_experts == 384);
+  CHECK(kimi.top_k == 8);
+  const MoeModelShape ds = chordrt::resolve_model("deepseek-v3");
+  CHECK(ds.name == "deepseek-v3");
+  CHECK(ds.hidden == 7168);
+  CHECK(ds.moe_intermediate == 2048);
+  CHECK(ds.num_experts == 256);
+  CHECK(ds.top_k == 8);
+}
+
+TEST_CASE("models from config.json files", "[plan]") {
+  TempDir t;
+  SECTION("top-level fields") {
+    const auto path = write_file(t, "config.json", R"({"model_type": "deepseek_v3", "hidden_size": 4096,
+      "moe_intermediate_size": 1408, "n_routed_experts": 64, "num_experts_per_tok": 6, "vocab_size": 102400})");
+    const auto m = chordrt::resolve_model(path);
+    CHECK(m.name == path);
+    CHECK(m.hidden == 4096);
+    CHECK(m.moe_intermediate == 1408);
+    CHECK(m.num_experts == 64);
+    CHECK(m.top_k == 6);
+  }
+  SECTION("nested under text_config") {
+    const auto path = write_file(t, "config.json", R"({"architectures": ["X"], "text_config": {"hidden_size": 2048,
+      "moe_intermediate_size": 768, "n_routed_experts": 128, "num_experts_per_tok": 8}})");
+    const auto m = chordrt::resolve_model(path);
+    CHECK(m.hidden == 2048);
+    CHECK(m.moe_intermediate == 768);
+    CHECK(m.num_experts == 128);
+    CHECK(m.top_k == 8);
+  }
+  SECTION("num_experts instead of n_routed_experts") {
+    const auto path = write_file(t, "config.json", R"({"hidden_size": 2048, "moe_intermediate_size": 768,
+      "num_experts": 60, "num_experts_per_tok": 4})");
+    const auto m = chordrt::resolve_model(path);
+    CHECK(m.num_experts == 60);
+    CHECK(m.top_k == 4);
+  }
+  SECTION("top-level values win over text_config") {
+    const auto path = write_file(t, "config.json", R"({"hidden_size": 1024, "moe_intermediate_size": 512,
+      "num_experts": 32, "num_experts_per_tok": 2, "text_config": {"hidden_size": 9999}})");
+    CHECK(chordrt::resolve_model(path).hidden == 1024);
+  }
+}
+
+TEST_CASE("bad model configs are INVALID_ARGUMENT naming the problem", "[plan]") {
+  TempDir t;
+  auto rejected = [](const std::string& model, std::initializer_list<std::string> needles) {
+    INFO(model);
+    auto e = error_of([&] { (void)chordrt::resolve_model(model); });
+    REQUIRE(e.has_value());
+    CHECK(e->status() == CHORD_ERROR_INVALID_ARGUMENT);
+    for (const auto& n : needles) CHECK_THAT(std::string(e->what()), Contains(n));
+  };
+  const std::string full = R"("hidden_size": 2048, "moe_intermediate_size": 768, "num_experts_per_tok": 8)";
+  rejected(write_file(t, "no-experts.json", "{" + full + "}"), {"n_routed_experts", "num_experts", "no-experts.json"});
+  rejected(write_file(t, "no-inter.json", R"({"hidden_size": 2048, "n_routed_experts": 64, "num_experts_per_tok": 8})"),
+           {"moe_intermediate_size", "no-inter.json"});
+  rejected(write_file(t, "no-hidden.json",
+                      R"({"moe_intermediate_size": 768, "n_routed_experts": 64, "num_experts_per_tok": 8})"),
+           {"hidden_size"});
+  rejected(write_file(t, "no-topk.json", R"({"hidden_size": 2048, "moe_intermediate_size": 768, "num_experts": 64})"),
+           {"num_experts_per_tok"});
+  rejected(write_file(t, "string-hidden.json",
+                      R"({"hidden_size": "2048", "moe_intermediate_size": 768, "num_experts": 64,
+                          "num_experts_per_tok": 8})"),
+           {"hidden_size"});
+  rejected(write_file(t, "dense.json", R"({"hidden_size": 4096, "intermediate_size": 11008})"), {"MoE"});
+  rejected(write_file(t, "broken.json", R"({"hidden_size": 2048,)"), {"not valid JSON", "broken.json"});
+  rejected(write_file(t, "empty.json", ""), {"not valid JSON", "empty.json"});
+  rejected(write_file(t, "implausible.json",
+                      R"({"hidden_size": 2048, "moe_intermediate_size": 768, "num_experts": 4,
+                          "num_experts_per_tok": 8})"),
+           {"implausible"});
+  rejected(write_file(t, "zero.json",
+                      R"({"hidden_size": 0, "moe_intermediate_size": 768, "num_experts": 64,
+                          "num_experts_per_tok": 8})"),
+           {"implausible"});
+  rejected((t.path() / "does-not-exist" / "config.json").string(), {"does-not-exist", "kimi-k2"});
+  rejected("kimi-k3", {"kimi-k3", "preset"});
+  rejected("", {"preset"});
+}
+
+TEST_CASE("Deployment::parse", "[plan]") {
+  auto tp1 = Deployment::parse("tp1");
+  CHECK(tp1.name == "tp1");
+  CHECK(tp1.tensor_parallel == 1);
+  CHECK(tp1.expert_parallel == 1);
+  auto tp8 = Deployment::parse("tp8");
+  CHECK(tp8.tensor_parallel == 8);
+  CHECK(tp8.expert_parallel == 1);
+  auto ep16 = Deployment::parse("ep16");
+  CHECK(ep16.name == "ep16");
+  CHECK(ep16.tensor_parallel == 1);
+  CHECK(ep16.expert_parallel == 16);
+  CHECK(Deployment::parse("ep1024").expert_parallel == 1024);
+  for (const char* bad : {"x8", "tp", "ep", "tp0", "ep-1", "", "t", "tp8x", "tp 8", "TP8", "tp+8", "pt8", "tp1025",
+                          "ep99999999999", "tp08x", "8"}) {
+    INFO("\"" << bad << "\"");
+    auto e = error_of([&] { (void)Deployment::parse(bad); });
+    REQUIRE(e.has_value());
+    CHECK(e->status() == CHORD_ERROR_INVALID_ARGUMENT);
+    CHECK_THAT(std::string(e->what()), Contains("deployment"));
+  }
+}
+
+TEST_CASE("plan_descriptors for a tensor-parallel deployment", "[plan]") {
+  const MoeModelShape kimi = chordrt::resolve_model("kimi-k2");
+  const auto ds = chordrt::plan_descriptors(kimi, Deployment::parse("tp8"), kHopper);
+  check_no_duplicates(ds);
+  for (const auto& d : ds) {
+    CHECK(d.arch == kHopper);
+    CHECK_NOTHROW(chordrt::family_of(d).program(d));  // every planned descriptor is compilable
+  }
+  const auto align = of_family(ds, "glue.moe_align");
+  const auto silu = of_family(ds, "glue.silu_and_mul");
+  const auto combine = of_family(ds, "glue.moe_combine");
+  CHECK(align.size() == 5);
+  REQUIRE(silu.size() == 1);
+  REQUIRE(combine.size() == 1);
+  CHECK(ds.size() == 7);
+  std::vector<int64_t> blocks;
+  for (const auto& d : align) {
+    CHECK(d.get("num_experts") == 384);
+    CHECK(d.get("has_expert_map") == 0);
+    CHECK(d.get("threads") == 1024);
+    blocks.push_back(d.get("block_size"));
+  }
+  CHECK(blocks == std::vector<int64_t>{8, 16, 32, 64, 128});
+  // Under TP each GPU holds intermediate/TP columns: 2048/8 = 256.
+  CHECK(silu[0] == chordrt::ops::silu_and_mul_descriptor(kHopper, 256));
+  CHECK(combine[0] == chordrt::ops::moe_combine_descriptor(kHopper, 8, 7168, false));
+  CHECK(combine[0].get("filtered") == 0);
+  CHECK(combine[0].get("top_k") == 8);
+
+  // Stable order: the same plan twice.
+  CHECK(chordrt::plan_descriptors(kimi, Deployment::parse("tp8"), kHopper) == ds);
+  // The arch is carried through.
+  for (const auto& d : chordrt::plan_descriptors(kimi, Deployment::parse("tp8"), Arch{100, 'a'})) {
+    CHECK(d.arch == Arch{100, 'a'});
+  }
+}
+
+TEST_CASE("plan_descriptors divides the intermediate size by TP", "[plan]") {
+  // 1032 = 8 * 129: vec 8 at TP1, 258 (vec 2) at TP4, 129 (vec 1) at TP8.
+  const MoeModelShape m{"custom", 1024, 1032, 64, 4};
+  auto silu_of = [&](const char* dep) {
+    const auto s = of_family(chordrt::plan_descriptors(m, Deployment::parse(dep), kHopper), "glue.silu_and_mul");
+    REQUIRE(s.size() == 1);
+    return s[0];
+  };
+  CHECK(silu_of("tp1").get("vec") == 8);
+  CHECK(silu_of("tp1").get("threads") == 256);
+  CHECK(silu_of("tp4").get("vec") == 2);
+  CHECK(silu_of("tp4").get("threads") == 256);
+  CHECK(silu_of("tp8").get("vec") == 1);
+  CHECK(silu_of("tp8").get("threads") == 256);
+  CHECK(silu_of("tp8") == chordrt::ops::silu_and_mul_descriptor(kHopper, 129));
+  // EP leaves each expert whole.
+  CHECK(silu_of("ep8") == chordrt::ops::silu_and_mul_descriptor(kHopper, 1032));
+}
+
+TEST_CASE("plan_descriptors for an expert-parallel deployment", "[plan]") {
+  const MoeModelShape ds_v3 = chordrt::resolve_model("deepseek-v3");
+  const auto ds = chordrt::plan_descriptors(ds_v3, Deployment::parse("ep16"), kHopper);
+  check_no_duplicates(ds);
+  CHECK(ds.size() == 7);
+  const auto align = of_family(ds, "glue.moe_align");
+  REQUIRE(align.size() == 5);
+  for (const auto& d : align) {
+    CHECK(d.get("has_expert_map") == 1);
+    CHECK(d.get("num_experts") == 256);  // global expert ids, mapped to local ones
+  }
+  const auto combine = of_family(ds, "glue.moe_combine");
+  REQUIRE(combine.size() == 1);
+  CHECK(combine[0].get("filtered") == 1);
+  CHECK(combine[0] == chordrt::ops::moe_combine_descriptor(kHopper, 8, 7168, true));
+  const auto silu = of_family(ds, "glue.silu_and_mul");
+  REQUIRE(silu.size() == 1);
+  CHECK(silu[0] == chordrt::ops::silu_and_mul_descriptor(kHopper, 2048));
+
+  // ep1 is not expert-parallel.
+  for (const auto& d : chordrt::plan_descriptors(ds_v3, Deployment::parse("ep1"), kHopper)) {
+    if (d.schema->family == "glue.moe_align") CHECK(d.get("has_expert_map") == 0);
+    if (d.schema->family == "glue.moe_combine") CHECK(d.get("filtered") == 0);
+  }
+}
+
+TEST_CASE("plan_descriptors rejects indivisible deployments", "[plan]") {
+  const MoeModelShape kimi = chordrt::resolve_model("kimi-k2");
+  auto rejected = [&](const char* dep, const char* needle) {
+    INFO(dep);
+    auto e = error_of([&] { (void)chordrt::plan_descriptors(kimi, Deployment::parse(dep), kHopper); });
+    REQUIRE(e.has_value());
+    CHECK(e->status() == CHORD_ERROR_INVALID_ARGUMENT);
+    CHECK_THAT(std::string(e->what()), Contains(needle) && Contains(dep));
+  };
+  rejected("tp3", "TP 3");
+  rejected("tp6", "TP 6");
+  rejected("ep5", "EP 5");
+  rejected("ep7", "EP 7");
+  rejected("ep1000", "EP 1000");
+  // Divisible ones plan fine: 2048 / 1024 and 384 / 384.
+  CHECK_NOTHROW(chordrt::plan_descriptors(kimi, Deployment::parse("tp1024"), kHopper));
+  CHECK_NOTHROW(chordrt::plan_descriptors(kimi, Deployment::parse("ep384"), kHopper));
+}
