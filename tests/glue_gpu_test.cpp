@@ -140,52 +140,60 @@ TEST_CASE("silu_and_mul matches an FP32 reference", "[gpu][glue]") {
 TEST_CASE("moe_combine matches an FP32 reference, with and without the EP filter", "[gpu][glue]") {
   CHORD_REQUIRE_GPU();
   std::mt19937 rng(7);
-  for (int64_t tokens : {1, 8, 8192}) {
+  struct Case {
+    int64_t tokens;
+    int top_k;
+    int64_t hidden;
+  };
+  std::vector<Case> cases;
+  for (int64_t tokens : {1, 8, 1000}) {
     for (int top_k : {1, 4, 8}) {
-      for (int64_t hidden : {7168, 2048, 100}) {
-        for (bool filtered : {false, true}) {
-          INFO("tokens=" << tokens << " top_k=" << top_k << " hidden=" << hidden << " filtered=" << filtered);
-          const int experts = 64;
-          auto rows = chordrt::test::random_bf16(tokens * top_k * hidden, rng);
-          std::vector<float> w(tokens * top_k);
-          std::uniform_real_distribution<float> u(0.0f, 1.0f);
-          for (auto& x : w) x = u(rng);
-          std::vector<int32_t> ids(tokens * top_k), map(experts);
-          for (auto& e : ids) e = static_cast<int32_t>(rng() % experts);
-          for (auto& m : map) m = (rng() % 2) ? static_cast<int32_t>(rng() % 8) : -1;
-          auto local = [&](int64_t route) { return !filtered || map[ids[route]] >= 0; };
-          // Rows of non-local routes were never written by the GEMM: NaN must not leak into the sum.
-          for (int64_t route = 0; route < tokens * top_k; ++route) {
-            if (!local(route)) std::fill_n(rows.begin() + route * hidden, hidden, uint16_t{0x7fc0});
+      for (int64_t hidden : {7168, 2048, 100}) cases.push_back({tokens, top_k, hidden});
+    }
+  }
+  cases.push_back({8192, 8, 7168});  // a prefill step of Kimi (the CPU reference is the slow part)
+  for (const auto& [tokens, top_k, hidden] : cases) {
+    for (bool filtered : {false, true}) {
+      INFO("tokens=" << tokens << " top_k=" << top_k << " hidden=" << hidden << " filtered=" << filtered);
+      const int experts = 64;
+      auto rows = chordrt::test::random_bf16(tokens * top_k * hidden, rng);
+      std::vector<float> w(tokens * top_k);
+      std::uniform_real_distribution<float> u(0.0f, 1.0f);
+      for (auto& x : w) x = u(rng);
+      std::vector<int32_t> ids(tokens * top_k), map(experts);
+      for (auto& e : ids) e = static_cast<int32_t>(rng() % experts);
+      for (auto& m : map) m = (rng() % 2) ? static_cast<int32_t>(rng() % 8) : -1;
+      auto local = [&](int64_t route) { return !filtered || map[ids[route]] >= 0; };
+      // Rows of non-local routes were never written by the GEMM: NaN must not leak into the sum.
+      for (int64_t route = 0; route < tokens * top_k; ++route) {
+        if (!local(route)) std::fill_n(rows.begin() + route * hidden, hidden, uint16_t{0x7fc0});
+      }
+      DeviceBuffer<uint16_t> d_rows(rows), d_out(tokens * hidden);
+      DeviceBuffer<float> d_w(w);
+      DeviceBuffer<int32_t> d_ids(ids), d_map(map);
+      d_out.poison(0xff);
+      chord_moe_combine_options_t opts{sizeof(opts), d_ids.get(), d_map.get(), experts};
+      REQUIRE(chord_moe_combine(d_rows.get(), d_w.get(), d_out.get(), tokens, top_k, hidden, filtered ? &opts : nullptr,
+                                nullptr) == CHORD_SUCCESS);
+      const auto out = d_out.download();
+      double err = 0, norm = 0;
+      int64_t bad = 0;
+      for (int64_t t = 0; t < tokens; ++t) {
+        for (int64_t h = 0; h < hidden; ++h) {
+          float acc = 0.0f;  // same FP32 order as the kernel
+          for (int j = 0; j < top_k; ++j) {
+            const int64_t route = t * top_k + j;
+            if (local(route)) acc = std::fma(w[route], bf16_to_float(rows[route * hidden + h]), acc);
           }
-          DeviceBuffer<uint16_t> d_rows(rows), d_out(tokens * hidden);
-          DeviceBuffer<float> d_w(w);
-          DeviceBuffer<int32_t> d_ids(ids), d_map(map);
-          d_out.poison(0xff);
-          chord_moe_combine_options_t opts{sizeof(opts), d_ids.get(), d_map.get(), experts};
-          REQUIRE(chord_moe_combine(d_rows.get(), d_w.get(), d_out.get(), tokens, top_k, hidden,
-                                    filtered ? &opts : nullptr, nullptr) == CHORD_SUCCESS);
-          const auto out = d_out.download();
-          double err = 0, norm = 0;
-          int64_t bad = 0;
-          for (int64_t t = 0; t < tokens; ++t) {
-            for (int64_t h = 0; h < hidden; ++h) {
-              float acc = 0.0f;  // same FP32 order as the kernel
-              for (int j = 0; j < top_k; ++j) {
-                const int64_t route = t * top_k + j;
-                if (local(route)) acc = std::fma(w[route], bf16_to_float(rows[route * hidden + h]), acc);
-              }
-              const float got = bf16_to_float(out[t * hidden + h]);
-              bad += !std::isfinite(got) ||
-                     std::abs(static_cast<int>(out[t * hidden + h]) - static_cast<int>(float_to_bf16(acc))) > 1;
-              err += double(got - acc) * (got - acc);
-              norm += double(acc) * acc;
-            }
-          }
-          CHECK(bad == 0);  // finite and within one BF16 ulp of the same-order FP32 sum
-          CHECK(std::sqrt(err / std::max(norm, 1e-30)) < 4e-3);
+          const float got = bf16_to_float(out[t * hidden + h]);
+          bad += !std::isfinite(got) ||
+                 std::abs(static_cast<int>(out[t * hidden + h]) - static_cast<int>(float_to_bf16(acc))) > 1;
+          err += double(got - acc) * (got - acc);
+          norm += double(acc) * acc;
         }
       }
+      CHECK(bad == 0);  // finite and within one BF16 ulp of the same-order FP32 sum
+      CHECK(std::sqrt(err / std::max(norm, 1e-30)) < 4e-3);
     }
   }
 }
