@@ -18,8 +18,10 @@ list(REMOVE_DUPLICATES CHORD_DEP_INCLUDE)
 message(STATUS "chordrt: third-party headers from ${CHORD_DEP_INCLUDE}")
 
 # The CUDA driver/NVRTC headers provide types only; nothing links against them.
+file(GLOB _chord_cuda_versioned LIST_DIRECTORIES true /usr/local/cuda-*/include)
 find_path(CHORD_CUDA_INCLUDE NAMES cuda.h
-  HINTS "$ENV{CUDA_HOME}/include" "$ENV{CUDA_PATH}/include" /usr/local/cuda/include NO_CACHE)
+  HINTS "$ENV{CUDA_HOME}/include" "$ENV{CUDA_PATH}/include" /usr/local/cuda/include ${_chord_cuda_versioned}
+  NO_CACHE)
 if(NOT CHORD_CUDA_INCLUDE)
   message(FATAL_ERROR "chordrt: cuda.h not found; install a CUDA toolkit (>= 12.8) or set CUDA_HOME")
 endif()

@@ -141,18 +141,17 @@ CHORD_API chord_status_t chord_moe_align(const int32_t* topk_ids, int64_t num_to
                                          const chord_moe_align_options_t* options, CUstream stream) {
   return guarded([&] {
     check_struct(options, sizeof(chord_moe_align_options_t), "chord_moe_align_options_t");
-    chordrt::MoeAlignArgs a;
-    a.topk_ids = topk_ids;
-    a.num_tokens = num_tokens;
-    a.top_k = top_k;
-    a.num_experts = num_experts;
-    a.block_size = block_size;
-    a.expert_map = options ? options->expert_map : nullptr;
-    a.sorted_token_ids = sorted_token_ids;
-    a.sorted_token_ids_capacity = sorted_token_ids_capacity;
-    a.expert_ids = expert_ids;
-    a.expert_ids_capacity = expert_ids_capacity;
-    a.num_tokens_post_padded = num_tokens_post_padded;
+    const chordrt::MoeAlignArgs a{.topk_ids = topk_ids,
+                                  .num_tokens = num_tokens,
+                                  .top_k = top_k,
+                                  .num_experts = num_experts,
+                                  .block_size = block_size,
+                                  .expert_map = options ? options->expert_map : nullptr,
+                                  .sorted_token_ids = sorted_token_ids,
+                                  .sorted_token_ids_capacity = sorted_token_ids_capacity,
+                                  .expert_ids = expert_ids,
+                                  .expert_ids_capacity = expert_ids_capacity,
+                                  .num_tokens_post_padded = num_tokens_post_padded};
     chordrt::moe_align(a, stream);
   });
 }
@@ -167,18 +166,15 @@ CHORD_API chord_status_t chord_moe_combine(const void* expert_rows, const float*
                                            const chord_moe_combine_options_t* options, CUstream stream) {
   return guarded([&] {
     check_struct(options, sizeof(chord_moe_combine_options_t), "chord_moe_combine_options_t");
-    chordrt::MoeCombineArgs a;
-    a.expert_rows = expert_rows;
-    a.topk_weights = topk_weights;
-    a.output = output;
-    a.num_tokens = num_tokens;
-    a.top_k = top_k;
-    a.hidden = hidden;
-    if (options) {
-      a.topk_ids = options->topk_ids;
-      a.expert_map = options->expert_map;
-      a.num_experts = options->num_experts;
-    }
+    const chordrt::MoeCombineArgs a{.expert_rows = expert_rows,
+                                    .topk_weights = topk_weights,
+                                    .output = output,
+                                    .num_tokens = num_tokens,
+                                    .top_k = top_k,
+                                    .hidden = hidden,
+                                    .topk_ids = options ? options->topk_ids : nullptr,
+                                    .expert_map = options ? options->expert_map : nullptr,
+                                    .num_experts = options ? options->num_experts : 0};
     chordrt::moe_combine(a, stream);
   });
 }

@@ -17,5 +17,5 @@ if ! python3 -c "import pytest" 2>/dev/null; then
   python3 -m pip install -q pytest 2>/dev/null || python3 -m pip install -q --break-system-packages pytest
 fi
 if [ -z "${CUDA_HOME:-}" ] && ! command -v nvcc >/dev/null && [ -d /usr/local/cuda ]; then export CUDA_HOME=/usr/local/cuda; fi
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE="$(command -v python3)"
 cmake --build build
