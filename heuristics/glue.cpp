@@ -4,10 +4,11 @@
 
 namespace chordrt::heuristics {
 
-MoeAlignConfig select_moe_align(int num_experts) {
-  // 1024 threads keep the per-warp count table (64 B per expert) within 48 KB up to 512 experts; beyond
-  // that 512 threads halve it.
-  return {num_experts <= 512 ? 1024 : 512};
+MoeAlignConfig select_moe_align(int num_experts, const DeviceFacts& facts) {
+  // Shared memory: 4 bytes x (warps x experts + 2 x experts + 1 + warps), as the kernel lays it out.
+  const int64_t words = facts.max_smem_per_block_optin / 4 - 2 * int64_t{num_experts} - 1;
+  const int64_t warps = std::clamp<int64_t>(words / (num_experts + 1), 1, 32);
+  return {static_cast<int>(warps * 32)};
 }
 
 ElementwiseConfig select_rowwise(int64_t row_elems) {
@@ -16,13 +17,14 @@ ElementwiseConfig select_rowwise(int64_t row_elems) {
   const int64_t vecs = row_elems / vec;
   int threads = 32;
   while (threads < 256 && threads < vecs) threads *= 2;
-  return {vec, threads};
+  return {vec, threads, 256 / threads};
 }
 
 Grid2D rowwise_grid(int64_t rows, int64_t row_elems, const ElementwiseConfig& c) {
   const int64_t per_cta = static_cast<int64_t>(c.vec) * c.threads;
+  const int64_t row_groups = (rows + c.rows_per_cta - 1) / c.rows_per_cta;
   return {static_cast<uint32_t>((row_elems + per_cta - 1) / per_cta),
-          static_cast<uint32_t>(std::clamp<int64_t>(rows, 1, 65535))};
+          static_cast<uint32_t>(std::clamp<int64_t>(row_groups, 1, 65535))};
 }
 
 }  // namespace chordrt::heuristics

@@ -8,23 +8,29 @@
 namespace chordrt::heuristics {
 
 struct MoeAlignConfig {
-  int threads;  // one CTA; the kernel's per-warp counts take 2 * (threads/32) * experts bytes of smem
+  int threads;  // one CTA; its per-warp count rows take 4 * (threads/32) * experts bytes of smem
 };
-// Largest expert count the single-CTA kernel's static shared memory holds.
+// Largest expert count whose per-warp rows (32 warps) fit in the 227 KB of opt-in shared memory.
 inline constexpr int kMoeAlignMaxExperts = 1024;
-MoeAlignConfig select_moe_align(int num_experts);
+// The most warps (up to 32) whose count rows fit the device's opt-in shared memory: more warps keep
+// more route loads in flight from the one SM.
+MoeAlignConfig select_moe_align(int num_experts, const DeviceFacts& facts = {});
 
 struct ElementwiseConfig {
-  int vec;      // BF16 values per access (8 = 16 bytes)
-  int threads;  // threads per CTA along the row
+  int vec;           // BF16 values per access (8 = 16 bytes)
+  int threads;       // threads along a row (32..256)
+  int rows_per_cta;  // rows one CTA covers, so that a CTA has 256 threads even for short rows
 };
-// Widest vector that divides `row_elems`, and a CTA just wide enough to cover a row (32..256).
+// Widest vector that divides `row_elems`, just enough threads to cover a row (32..256), and enough rows
+// per CTA for 256 threads (CTAs of one short row each were half-occupying the SMs: a 32-thread CTA per
+// 256-wide row ran at 52% of the read bandwidth).
 ElementwiseConfig select_rowwise(int64_t row_elems);
 
 struct Grid2D {
   uint32_t x, y;
 };
-// CTAs along the row (x) and over rows (y, capped at the hardware's 65535; kernels stride over y).
+// CTAs along the row (x) and over groups of rows_per_cta rows (y, capped at the hardware's 65535;
+// kernels stride over y).
 Grid2D rowwise_grid(int64_t rows, int64_t row_elems, const ElementwiseConfig& config);
 
 }  // namespace chordrt::heuristics

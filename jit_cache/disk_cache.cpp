@@ -106,7 +106,8 @@ nlohmann::json CacheEntryMeta::to_json() const {
           {"dynamic_smem", dynamic_smem}, {"cluster", cluster},
           {"cubin_size", cubin_size},     {"cubin_checksum", cubin_checksum},
           {"compile_ms", compile_ms},     {"nvrtc_version", nvrtc_version},
-          {"created_unix", created_unix}};
+          {"created_unix", created_unix},
+          {"compile_log", compile_log}};
 }
 
 CacheEntryMeta CacheEntryMeta::from_json(const nlohmann::json& j) {
@@ -124,6 +125,7 @@ CacheEntryMeta CacheEntryMeta::from_json(const nlohmann::json& j) {
   m.compile_ms = j.at("compile_ms").get<double>();
   m.nvrtc_version = j.at("nvrtc_version").get<std::string>();
   m.created_unix = j.at("created_unix").get<int64_t>();
+  m.compile_log = j.value("compile_log", "");
   return m;
 }
 

@@ -28,6 +28,7 @@ struct CacheEntryMeta {
   double compile_ms = 0;
   std::string nvrtc_version;
   int64_t created_unix = 0;
+  std::string compile_log;  // NVRTC's log: ptxas registers, spills, shared memory
 
   nlohmann::json to_json() const;
   static CacheEntryMeta from_json(const nlohmann::json& j);  // throws nlohmann::json::exception

@@ -30,7 +30,8 @@ JitOptions JitOptions::from_environment() {
 
 std::vector<std::string> nvrtc_options(const jit::Arch& arch) {
   // -v for ptxas puts registers, spills and shared memory into the log, which the cache keeps.
-  return {"--gpu-architecture=" + arch.name(), "-std=c++17", "--ptxas-options=-v", "-DCHORD_JIT=1"};
+  // -default-device: unannotated functions and lambdas in kernels are device code (JIT mode has no host).
+  return {"--gpu-architecture=" + arch.name(), "-std=c++17", "-default-device", "--ptxas-options=-v", "-DCHORD_JIT=1"};
 }
 
 size_t JitRuntime::MemoKeyHash::operator()(const MemoKey& k) const noexcept {
@@ -138,6 +139,7 @@ std::shared_ptr<const jit::CacheEntry> JitRuntime::image(const jit::Descriptor& 
   entry.meta.nvrtc_version = fmt::format("{}.{}", nvrtc.major(), nvrtc.minor());
   entry.meta.created_unix =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  entry.meta.compile_log = std::move(out.log);
   entry.cubin = std::move(out.cubin);
   disk_.store(entry);
   if (result) result->compile_ms = entry.meta.compile_ms;

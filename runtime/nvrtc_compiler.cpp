@@ -190,7 +190,7 @@ CompileOutput Nvrtc::compile(const std::string& source, const std::string& name_
   if (log_size > 1) {
     out.log.resize(log_size);
     a.GetProgramLog(prog, out.log.data());
-    out.log.resize(log_size - 1);
+    while (!out.log.empty() && out.log.back() == '\0') out.log.pop_back();
   }
   if (compiled != 0) {
     throw_error(CHORD_ERROR_COMPILE_FAILED, "NVRTC could not compile {} ({}): {}\n{}", context, name_expression,

@@ -7,7 +7,8 @@
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <cstdlib>
-#include <filesystem>
+#include <functional>
+#include <initializer_list>
 #include <set>
 #include <string>
 #include <thread>
@@ -16,30 +17,20 @@
 #include "chordrt/chordrt.h"
 #include "chordrt/chordrt.hpp"
 #include "runtime/driver.hpp"
+#include "tests/test_support.hpp"
 
 using Catch::Matchers::Contains;
+using chordrt::test::TempDir;
 
 namespace {
 
 // Keeps the process-wide runtime (configured once from the environment) out of ~/.cache when this
 // binary is run by hand without CHORD_CACHE_DIR (ctest sets it): a temp directory, removed at exit.
-struct DefaultCacheDir {
-  std::string dir;
-  DefaultCacheDir() {
-    if (std::getenv("CHORD_CACHE_DIR")) return;
-    std::string tmpl = "/tmp/chordrt-capi-cache-XXXXXX";
-    if (::mkdtemp(tmpl.data())) {
-      dir = tmpl;
-      ::setenv("CHORD_CACHE_DIR", dir.c_str(), 0);
-    }
-  }
-  ~DefaultCacheDir() {
-    std::error_code ec;
-    if (!dir.empty()) std::filesystem::remove_all(dir, ec);
-  }
-};
-
-void default_cache_dir() { static DefaultCacheDir once; }
+void default_cache_dir() {
+  if (std::getenv("CHORD_CACHE_DIR")) return;
+  static TempDir dir("capi-cache");
+  ::setenv("CHORD_CACHE_DIR", dir.path().c_str(), 0);
+}
 
 bool driver_ready() { return chordrt::driver().state == chordrt::DriverState::kReady; }
 
@@ -99,6 +90,48 @@ void expect_invalid(chord_status_t status, const std::string& needle) {
   CHECK_THAT(last_error(), Contains(needle));
 }
 
+// A valid call (AlignCall or CombineCall) with one thing broken, and what the last error must say.
+template <typename Call>
+struct Broken {
+  std::function<void(Call&)> breaks;
+  std::string needle;
+};
+
+// Each case in turn, from a fresh valid call: INVALID_ARGUMENT, with its needle in the last error.
+template <typename Call>
+void expect_each_invalid(const std::vector<Broken<Call>>& cases) {
+  for (const Broken<Call>& k : cases) {
+    INFO("expecting \"" << k.needle << "\"");
+    Call c;
+    k.breaks(c);
+    expect_invalid(c.run(), k.needle);
+  }
+}
+
+// Each bad value of one integer argument in turn (the rest valid): INVALID_ARGUMENT naming the argument.
+template <typename Call, typename T>
+void expect_each_value_invalid(T Call::*field, const std::string& name, std::initializer_list<int64_t> values) {
+  for (int64_t v : values) {
+    INFO(name << " = " << v);
+    Call c;
+    c.*field = static_cast<T>(v);
+    expect_invalid(c.run(), name);
+  }
+}
+
+// Each options struct_size the library must refuse (the other option fields zero).
+template <typename Call, typename Options>
+void expect_each_struct_size_invalid(std::initializer_list<size_t> sizes) {
+  for (size_t size : sizes) {
+    INFO("struct_size = " << size);
+    Options o{};
+    o.struct_size = size;
+    Call c;
+    c.options = &o;
+    expect_invalid(c.run(), "struct_size");
+  }
+}
+
 }  // namespace
 
 TEST_CASE("chord_status_string is distinct and non-empty for every status", "[capi]") {
@@ -151,58 +184,28 @@ TEST_CASE("chord_moe_align_sorted_capacity", "[capi]") {
 
 TEST_CASE("moe_align: null, misaligned and out-of-range arguments", "[capi]") {
   SECTION("null pointers") {
-    AlignCall c;
-    c.topk_ids = nullptr;
-    expect_invalid(c.run(), "topk_ids is null");
-    c = AlignCall{};
-    c.sorted = nullptr;
-    expect_invalid(c.run(), "sorted_token_ids is null");
-    c = AlignCall{};
-    c.expert_ids = nullptr;
-    expect_invalid(c.run(), "expert_ids is null");
-    c = AlignCall{};
-    c.post = nullptr;
-    expect_invalid(c.run(), "num_tokens_post_padded is null");
+    expect_each_invalid<AlignCall>({
+        {[](AlignCall& c) { c.topk_ids = nullptr; }, "topk_ids is null"},
+        {[](AlignCall& c) { c.sorted = nullptr; }, "sorted_token_ids is null"},
+        {[](AlignCall& c) { c.expert_ids = nullptr; }, "expert_ids is null"},
+        {[](AlignCall& c) { c.post = nullptr; }, "num_tokens_post_padded is null"},
+    });
   }
   SECTION("misaligned pointers") {
-    AlignCall c;
-    c.topk_ids = offset_bytes(g_ids, 2);
-    expect_invalid(c.run(), "topk_ids must be 4-byte aligned");
-    c = AlignCall{};
-    c.sorted = offset_bytes(g_sorted, 1);
-    expect_invalid(c.run(), "sorted_token_ids must be 4-byte aligned");
-    c = AlignCall{};
-    c.expert_ids = reinterpret_cast<int32_t*>(0x1002);
-    expect_invalid(c.run(), "expert_ids");
-    c = AlignCall{};
-    c.post = offset_bytes(g_post, 3);
-    expect_invalid(c.run(), "num_tokens_post_padded");
-    c = AlignCall{};
     const chord_moe_align_options_t o{sizeof(chord_moe_align_options_t), offset_bytes(g_map, 2)};
-    c.options = &o;
-    expect_invalid(c.run(), "expert_map");
+    expect_each_invalid<AlignCall>({
+        {[](AlignCall& c) { c.topk_ids = offset_bytes(g_ids, 2); }, "topk_ids must be 4-byte aligned"},
+        {[](AlignCall& c) { c.sorted = offset_bytes(g_sorted, 1); }, "sorted_token_ids must be 4-byte aligned"},
+        {[](AlignCall& c) { c.expert_ids = reinterpret_cast<int32_t*>(0x1002); }, "expert_ids"},
+        {[](AlignCall& c) { c.post = offset_bytes(g_post, 3); }, "num_tokens_post_padded"},
+        {[&](AlignCall& c) { c.options = &o; }, "expert_map"},
+    });
   }
   SECTION("top_k, num_experts, block_size, num_tokens") {
-    for (int32_t bad : {0, -1, 65}) {
-      AlignCall c;
-      c.top_k = bad;
-      expect_invalid(c.run(), "top_k");
-    }
-    for (int32_t bad : {0, -3, 1025}) {
-      AlignCall c;
-      c.num_experts = bad;
-      expect_invalid(c.run(), "num_experts");
-    }
-    for (int32_t bad : {0, -16, 1025}) {
-      AlignCall c;
-      c.block_size = bad;
-      expect_invalid(c.run(), "block_size");
-    }
-    AlignCall c;
-    c.num_tokens = -1;
-    expect_invalid(c.run(), "num_tokens");
-    c.num_tokens = (int64_t{1} << 30) / c.top_k + 1;
-    expect_invalid(c.run(), "num_tokens");
+    expect_each_value_invalid(&AlignCall::top_k, "top_k", {0, -1, 65});
+    expect_each_value_invalid(&AlignCall::num_experts, "num_experts", {0, -3, 1025});
+    expect_each_value_invalid(&AlignCall::block_size, "block_size", {0, -16, 1025});
+    expect_each_value_invalid(&AlignCall::num_tokens, "num_tokens", {-1, (int64_t{1} << 30) / AlignCall{}.top_k + 1});
   }
   SECTION("capacities") {
     AlignCall c;
@@ -217,12 +220,8 @@ TEST_CASE("moe_align: null, misaligned and out-of-range arguments", "[capi]") {
     expect_invalid(c.run(), "expert_ids_capacity");
   }
   SECTION("options struct_size") {
-    for (size_t size : {size_t{0}, size_t{1}, sizeof(chord_moe_align_options_t) + 1, size_t{1} << 20}) {
-      const chord_moe_align_options_t o{size, nullptr};
-      AlignCall c;
-      c.options = &o;
-      expect_invalid(c.run(), "struct_size");
-    }
+    expect_each_struct_size_invalid<AlignCall, chord_moe_align_options_t>(
+        {size_t{0}, size_t{1}, sizeof(chord_moe_align_options_t) + 1, size_t{1} << 20});
   }
 }
 
@@ -245,61 +244,43 @@ TEST_CASE("silu_and_mul: null, misaligned and out-of-range arguments", "[capi]")
 
 TEST_CASE("moe_combine: null, misaligned and out-of-range arguments", "[capi]") {
   SECTION("null pointers") {
-    CombineCall c;
-    c.rows = nullptr;
-    expect_invalid(c.run(), "expert_rows is null");
-    c = CombineCall{};
-    c.weights = nullptr;
-    expect_invalid(c.run(), "topk_weights is null");
-    c = CombineCall{};
-    c.out = nullptr;
-    expect_invalid(c.run(), "output is null");
+    expect_each_invalid<CombineCall>({
+        {[](CombineCall& c) { c.rows = nullptr; }, "expert_rows is null"},
+        {[](CombineCall& c) { c.weights = nullptr; }, "topk_weights is null"},
+        {[](CombineCall& c) { c.out = nullptr; }, "output is null"},
+    });
   }
   SECTION("misaligned pointers") {
-    CombineCall c;
-    c.rows = reinterpret_cast<const void*>(0x1002);
-    expect_invalid(c.run(), "expert_rows must be 16-byte aligned");
-    c = CombineCall{};
-    c.weights = offset_bytes(g_weights, 2);
-    expect_invalid(c.run(), "topk_weights must be 4-byte aligned");
-    c = CombineCall{};
-    c.out = offset_bytes(g_out, 8);
-    expect_invalid(c.run(), "output must be 16-byte aligned");
+    expect_each_invalid<CombineCall>({
+        {[](CombineCall& c) { c.rows = reinterpret_cast<const void*>(0x1002); }, "expert_rows must be 16-byte aligned"},
+        {[](CombineCall& c) { c.weights = offset_bytes(g_weights, 2); }, "topk_weights must be 4-byte aligned"},
+        {[](CombineCall& c) { c.out = offset_bytes(g_out, 8); }, "output must be 16-byte aligned"},
+    });
   }
   SECTION("top_k, hidden, num_tokens") {
-    for (int32_t bad : {0, -2, 65}) {
-      CombineCall c;
-      c.top_k = bad;
-      expect_invalid(c.run(), "top_k");
-    }
-    CombineCall c;
-    c.hidden = 0;
-    expect_invalid(c.run(), "hidden");
-    c = CombineCall{};
-    c.num_tokens = -1;
-    expect_invalid(c.run(), "num_tokens");
+    expect_each_value_invalid(&CombineCall::top_k, "top_k", {0, -2, 65});
+    expect_each_value_invalid(&CombineCall::hidden, "hidden", {0});
+    expect_each_value_invalid(&CombineCall::num_tokens, "num_tokens", {-1});
   }
   SECTION("the expert-parallel filter needs topk_ids and expert_map") {
-    chord_moe_combine_options_t o{sizeof(chord_moe_combine_options_t), g_ids, nullptr, 64};
-    CombineCall c;
-    c.options = &o;
-    expect_invalid(c.run(), "got topk_ids and null");
-    o = {sizeof(chord_moe_combine_options_t), nullptr, g_map, 64};
-    expect_invalid(c.run(), "got null and expert_map");
-    o = {sizeof(chord_moe_combine_options_t), offset_bytes(g_ids, 2), g_map, 64};
-    expect_invalid(c.run(), "topk_ids must be 4-byte aligned");
-    o = {sizeof(chord_moe_combine_options_t), g_ids, offset_bytes(g_map, 1), 64};
-    expect_invalid(c.run(), "expert_map must be 4-byte aligned");
-    o = {sizeof(chord_moe_combine_options_t), g_ids, g_map, 0};
-    expect_invalid(c.run(), "num_experts");
-  }
-  SECTION("options struct_size") {
-    for (size_t size : {size_t{0}, sizeof(size_t), sizeof(chord_moe_combine_options_t) + 1}) {
-      const chord_moe_combine_options_t o{size, nullptr, nullptr, 0};
+    const size_t size = sizeof(chord_moe_combine_options_t);
+    const std::pair<chord_moe_combine_options_t, const char*> cases[] = {
+        {{size, g_ids, nullptr, 64}, "got topk_ids and null"},
+        {{size, nullptr, g_map, 64}, "got null and expert_map"},
+        {{size, offset_bytes(g_ids, 2), g_map, 64}, "topk_ids must be 4-byte aligned"},
+        {{size, g_ids, offset_bytes(g_map, 1), 64}, "expert_map must be 4-byte aligned"},
+        {{size, g_ids, g_map, 0}, "num_experts"},
+    };
+    for (const auto& [o, needle] : cases) {
+      INFO("expecting \"" << needle << "\"");
       CombineCall c;
       c.options = &o;
-      expect_invalid(c.run(), "struct_size");
+      expect_invalid(c.run(), needle);
     }
+  }
+  SECTION("options struct_size") {
+    expect_each_struct_size_invalid<CombineCall, chord_moe_combine_options_t>(
+        {size_t{0}, sizeof(size_t), sizeof(chord_moe_combine_options_t) + 1});
   }
 }
 

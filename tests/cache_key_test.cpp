@@ -8,15 +8,12 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
-#include <cerrno>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <optional>
 #include <random>
 #include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -26,6 +23,7 @@
 #include "runtime/kernel_registry.hpp"
 #include "runtime/kernel_sources.hpp"
 #include "runtime/ops/glue.hpp"
+#include "tests/test_support.hpp"
 
 namespace fs = std::filesystem;
 using Catch::Matchers::Contains;
@@ -35,43 +33,15 @@ using chordrt::jit::Arch;
 using chordrt::jit::Descriptor;
 using chordrt::jit::FamilySchema;
 using chordrt::jit::KeyInputs;
+using chordrt::test::check_invalid_argument;
+using chordrt::test::error_of;
+using chordrt::test::options_for;
+using chordrt::test::run_children_together;
+using chordrt::test::slurp;
+using chordrt::test::TempDir;
+using chordrt::test::wait_for;
 
 namespace {
-
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = "/tmp/chordrt-key-test-XXXXXX";
-    if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
-
-JitOptions options_for(const fs::path& dir) {
-  JitOptions o;
-  o.cache.primary = dir;
-  return o;
-}
-
-template <typename F>
-std::optional<chordrt::Error> error_of(F&& f) {
-  try {
-    f();
-  } catch (const chordrt::Error& e) {
-    return e;
-  }
-  return std::nullopt;
-}
 
 bool is_hex_key(const std::string& k) {
   return k.size() == 32 &&
@@ -93,57 +63,6 @@ std::string keys_text(const JitRuntime& rt) {
   std::string out;
   for (const Descriptor& d : all_examples()) out += rt.key_of(d) + "\n";
   return out;
-}
-
-std::string read_all(int fd) {
-  std::string out;
-  char buf[4096];
-  for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    out.append(buf, static_cast<size_t>(n));
-  }
-  return out;
-}
-
-// Runs `body` in a forked child; returns what it produced (nullopt if the child failed).
-std::optional<std::string> in_child(const std::function<std::string()>& body) {
-  int fds[2];
-  if (::pipe(fds) != 0) return std::nullopt;
-  pid_t pid = ::fork();
-  if (pid < 0) return std::nullopt;
-  if (pid == 0) {
-    ::close(fds[0]);
-    int code = 0;
-    std::string text;
-    try {
-      text = body();
-    } catch (...) {
-      code = 2;
-    }
-    const char* p = text.data();
-    size_t left = text.size();
-    while (left > 0) {
-      ssize_t n = ::write(fds[1], p, left);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        code = 3;
-        break;
-      }
-      p += n;
-      left -= static_cast<size_t>(n);
-    }
-    ::_exit(code);
-  }
-  ::close(fds[1]);
-  std::string text = read_all(fds[0]);
-  ::close(fds[0]);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return std::nullopt;
-  return text;
 }
 
 KeyInputs inputs_for(const Descriptor& d) {
@@ -197,19 +116,19 @@ TEST_CASE("cache key is a stable 32-hex digest of its inputs", "[key]") {
 }
 
 TEST_CASE("JitRuntime::key_of is stable across calls, runtimes and processes", "[key][runtime]") {
-  TempDir dir;
+  TempDir dir("key-test");
   JitRuntime rt(options_for(dir.path() / "a"));
   const std::string parent = keys_text(rt);
   REQUIRE(!parent.empty());
   CHECK(keys_text(rt) == parent);
 
   SECTION("in a forked child with its own runtime") {
-    auto child = in_child([&] {
+    const auto child = run_children_together(1, [&](int) {
       JitRuntime other(options_for(dir.path() / "child"));
       return keys_text(other);
     });
-    REQUIRE(child.has_value());
-    CHECK(*child == parent);
+    REQUIRE(child.size() == 1);
+    CHECK(child[0] == parent);
   }
 
   SECTION("in a freshly exec'd process") {
@@ -223,20 +142,15 @@ TEST_CASE("JitRuntime::key_of is stable across calls, runtimes and processes", "
       ::execl("/proc/self/exe", "chordrt_tests", "cache key child process helper", static_cast<char*>(nullptr));
       ::_exit(5);
     }
-    int status = 0;
-    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
+    const int status = wait_for(pid);
     REQUIRE(WIFEXITED(status));
     REQUIRE(WEXITSTATUS(status) == 0);
-    std::ifstream in(out);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    CHECK(ss.str() == parent);
+    CHECK(slurp(out) == parent);
   }
 }
 
 TEST_CASE("key_of does not depend on the cache directory", "[key][runtime]") {
-  TempDir dir;
+  TempDir dir("key-test");
   const Descriptor d = chordrt::ops::silu_and_mul_descriptor(Arch{90, 'a'}, 2048);
   JitRuntime a(options_for(dir.path() / "one"));
   JitRuntime b(options_for(dir.path() / "deeper" / "two"));
@@ -260,7 +174,7 @@ TEST_CASE("key_of does not depend on the cache directory", "[key][runtime]") {
 }
 
 TEST_CASE("key_of distinguishes distinct descriptors", "[key][runtime]") {
-  TempDir dir;
+  TempDir dir("key-test");
   JitRuntime rt(options_for(dir.path()));
   const Arch h{90, 'a'};
   std::vector<Descriptor> ds = {
@@ -422,10 +336,7 @@ TEST_CASE("Arch::parse accepts sm_XX[a] and XX[a] only", "[key]") {
        {"", "sm_", "sm_9", "garbage", "sm_90b", "sm_90aa", "sm_1000", "compute_90a", "sm_60", "sm_90a ", " sm_90a",
         "SM_90A", "sm90a", "sm_-90", "a90", "sm_99999999999999999999", "4294967386"}) {
     INFO("\"" << bad << "\"");
-    auto e = error_of([&] { Arch::parse(bad); });
-    REQUIRE(e.has_value());
-    CHECK(e->status() == CHORD_ERROR_INVALID_ARGUMENT);
-    CHECK_THAT(std::string(e->what()), Contains("arch"));
+    check_invalid_argument([&] { Arch::parse(bad); }, {"arch"});
   }
 }
 

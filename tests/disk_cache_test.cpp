@@ -9,50 +9,29 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cerrno>
 #include <filesystem>
-#include <fstream>
-#include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "chordrt/chordrt.hpp"
 #include "jit_cache/cache_key.hpp"
+#include "tests/test_support.hpp"
 
 namespace fs = std::filesystem;
 using Catch::Matchers::Contains;
 using chordrt::jit::CacheEntry;
 using chordrt::jit::DiskCache;
+using chordrt::test::check_invalid_argument;
+using chordrt::test::entry_file;
+using chordrt::test::flip_byte;
+using chordrt::test::spit;
+using chordrt::test::TempDir;
+using chordrt::test::wait_for;
 using Status = DiskCache::LoadStatus;
 
 namespace {
-
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = "/tmp/chordrt-cache-test-XXXXXX";
-    if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    // A test may have left a directory unwritable (non-root runs).
-    for (auto it = fs::recursive_directory_iterator(path_, ec); !ec && it != fs::recursive_directory_iterator();
-         it.increment(ec)) {
-      if (it->is_directory(ec)) ::chmod(it->path().c_str(), 0755);
-    }
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
 
 // A synthetic entry; seeds of equal length give entries of equal size.
 CacheEntry make_entry(const std::string& seed, size_t cubin_bytes = 512) {
@@ -75,30 +54,6 @@ CacheEntry make_entry(const std::string& seed, size_t cubin_bytes = 512) {
   e.meta.nvrtc_version = "13.0";
   e.meta.created_unix = 1700000000;
   return e;
-}
-
-fs::path entry_file(const fs::path& root, const std::string& key, const char* ext) {
-  return root / "entries" / key.substr(0, 2) / (key + ext);
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void spit(const fs::path& p, const std::string& bytes) {
-  std::ofstream out(p, std::ios::binary | std::ios::trunc);
-  out << bytes;
-  REQUIRE(out.good());
-}
-
-void flip_byte(const fs::path& p, size_t offset) {
-  std::string bytes = slurp(p);
-  REQUIRE(offset < bytes.size());
-  bytes[offset] = static_cast<char>(bytes[offset] ^ 0x5a);
-  spit(p, bytes);
 }
 
 void set_mtime(const fs::path& p, int64_t unix_seconds) {
@@ -135,20 +90,10 @@ uint64_t entry_bytes(const fs::path& root, const std::string& key) {
   return fs::file_size(entry_file(root, key, ".json")) + fs::file_size(entry_file(root, key, ".cubin"));
 }
 
-template <typename F>
-std::optional<chordrt::Error> error_of(F&& f) {
-  try {
-    f();
-  } catch (const chordrt::Error& e) {
-    return e;
-  }
-  return std::nullopt;
-}
-
 }  // namespace
 
 TEST_CASE("store then load round-trips an entry", "[cache]") {
-  TempDir t;
+  TempDir t("cache-test");
   DiskCache cache(opts(t.path() / "c"));
   REQUIRE_FALSE(cache.memory_only());
   const CacheEntry e = make_entry("round-trip");
@@ -199,7 +144,7 @@ TEST_CASE("CacheEntryMeta JSON round trip and format check", "[cache]") {
 }
 
 TEST_CASE("corrupt and truncated entries are detected and removed", "[cache]") {
-  TempDir t;
+  TempDir t("cache-test");
   const fs::path root = t.path() / "c";
   DiskCache cache(opts(root));
   const CacheEntry e = make_entry("corruption");
@@ -253,7 +198,7 @@ TEST_CASE("corrupt and truncated entries are detected and removed", "[cache]") {
 }
 
 TEST_CASE("read-only layers are searched after the primary", "[cache]") {
-  TempDir t;
+  TempDir t("cache-test");
   const fs::path primary = t.path() / "primary";
   const fs::path layer = t.path() / "layer";
   const CacheEntry in_layer = make_entry("layer-entry");
@@ -316,7 +261,7 @@ TEST_CASE("read-only layers are searched after the primary", "[cache]") {
 }
 
 TEST_CASE("an unwritable primary degrades to memory-only", "[cache]") {
-  TempDir t;
+  TempDir t("cache-test");
   spit(t.path() / "file", "a regular file");
   const CacheEntry e = make_entry("memory-only");
 
@@ -371,7 +316,7 @@ TEST_CASE("an unwritable primary degrades to memory-only", "[cache]") {
 }
 
 TEST_CASE("prune removes the least recently used entries first", "[cache]") {
-  TempDir t;
+  TempDir t("cache-test");
   const fs::path root = t.path() / "c";
   DiskCache cache(opts(root));
   std::vector<CacheEntry> es;
@@ -432,7 +377,7 @@ TEST_CASE("prune removes the least recently used entries first", "[cache]") {
 }
 
 TEST_CASE("max_bytes is enforced at store", "[cache]") {
-  TempDir t;
+  TempDir t("cache-test");
   const fs::path root = t.path() / "c";
   std::vector<CacheEntry> es;
   for (int i = 0; i < 3; ++i) es.push_back(make_entry("cap-entry-" + std::to_string(i)));
@@ -464,7 +409,7 @@ TEST_CASE("max_bytes is enforced at store", "[cache]") {
 }
 
 TEST_CASE("list reports every layer's entries, verified", "[cache]") {
-  TempDir t;
+  TempDir t("cache-test");
   const fs::path root = t.path() / "c";
   const fs::path layer = t.path() / "layer";
   const CacheEntry good = make_entry("list-good");
@@ -508,7 +453,7 @@ TEST_CASE("list reports every layer's entries, verified", "[cache]") {
 }
 
 TEST_CASE("clear removes every primary entry and lock", "[cache]") {
-  TempDir t;
+  TempDir t("cache-test");
   const fs::path root = t.path() / "c";
   const fs::path layer = t.path() / "layer";
   {
@@ -539,7 +484,7 @@ TEST_CASE("clear removes every primary entry and lock", "[cache]") {
 }
 
 TEST_CASE("the key lock excludes other processes", "[cache]") {
-  TempDir t;
+  TempDir t("cache-test");
   const fs::path root = t.path() / "c";
   DiskCache cache(opts(root));
   const std::string key = make_entry("locked").meta.key;
@@ -553,9 +498,7 @@ TEST_CASE("the key lock excludes other processes", "[cache]") {
       int rc = ::flock(fd, LOCK_EX | LOCK_NB);
       ::_exit(rc == 0 ? 0 : (errno == EWOULDBLOCK ? 1 : 3));
     }
-    int status = 0;
-    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
+    const int status = wait_for(pid);
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   };
   {
@@ -584,9 +527,6 @@ TEST_CASE("parse_size", "[cache]") {
   for (const char* bad : {"", "abc", "M", "12X", "1.5G", "-1", "-5M", "G2", "1 G", "1KK", "1i", "2iB",
                           "99999999999999999999999", "16777216T", "18446744073709551615K"}) {
     INFO("\"" << bad << "\"");
-    auto e = error_of([&] { (void)parse_size(bad); });
-    REQUIRE(e.has_value());
-    CHECK(e->status() == CHORD_ERROR_INVALID_ARGUMENT);
-    CHECK_THAT(std::string(e->what()), Contains("size"));
+    check_invalid_argument([&] { (void)parse_size(bad); }, {"size"});
   }
 }

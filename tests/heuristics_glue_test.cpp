@@ -48,7 +48,11 @@ TEST_CASE("select_rowwise: widest dividing vector, narrowest covering CTA", "[he
     const int64_t vecs = n / c.vec;
     REQUIRE((c.threads >= vecs || c.threads == 256));
     REQUIRE((c.threads == 32 || c.threads / 2 < vecs));
+    // rows per CTA: short rows are stacked so that every CTA has 256 threads.
+    REQUIRE(c.rows_per_cta * c.threads == 256);
   }
+  CHECK(select_rowwise(256).rows_per_cta == 8);  // Kimi TP8's intermediate: 8 rows of 32 threads
+  CHECK(select_rowwise(7168).rows_per_cta == 1);
   // Spot values.
   CHECK(select_rowwise(2048).vec == 8);
   CHECK(select_rowwise(2048).threads == 256);
@@ -64,10 +68,13 @@ TEST_CASE("select_rowwise: widest dividing vector, narrowest covering CTA", "[he
   CHECK(select_rowwise(258).threads == 256);  // 129 vectors
 }
 
-TEST_CASE("rowwise_grid: x covers the row, y is the rows capped at 65535", "[heuristics]") {
+TEST_CASE("rowwise_grid: x covers the row, y the groups of rows_per_cta rows capped at 65535", "[heuristics]") {
   for (int64_t n : row_sizes()) {
     const ElementwiseConfig c = select_rowwise(n);
-    const auto g = rowwise_grid(10, n, c);
+    const int64_t rows = 10 * c.rows_per_cta;
+    const auto g = rowwise_grid(rows, n, c);
+    REQUIRE(rowwise_grid(rows - 1, n, c).y == (c.rows_per_cta > 1 ? 10u : 9u));  // a partial group gets a CTA
+    REQUIRE(rowwise_grid(rows + 1, n, c).y == 11);
     const int64_t per_cta = int64_t{c.vec} * c.threads;
     INFO("row " << n << " x " << g.x);
     REQUIRE(g.x >= 1);
@@ -85,18 +92,29 @@ TEST_CASE("rowwise_grid: x covers the row, y is the rows capped at 65535", "[heu
   CHECK(rowwise_grid(int64_t{1} << 40, 7168, c).y == 65535);
   CHECK(rowwise_grid(3, 7, select_rowwise(7)).x == 1);
   CHECK(rowwise_grid(3, 2147483647, select_rowwise(2147483647)).x == (2147483647u + 255u) / 256u);
+  const ElementwiseConfig short_rows = select_rowwise(256);  // 8 rows per CTA
+  CHECK(rowwise_grid(65536, 256, short_rows).y == 8192);
+  CHECK(rowwise_grid(8 * 65535 + 1, 256, short_rows).y == 65535);
 }
 
-TEST_CASE("select_moe_align: 1024 threads up to 512 experts, 512 beyond", "[heuristics]") {
+TEST_CASE("select_moe_align: the most warps whose count rows fit the opt-in shared memory", "[heuristics]") {
+  const chordrt::heuristics::DeviceFacts h200;  // 227 KB opt-in
+  auto smem = [](int threads, int e) { return 4 * ((threads / 32) * e + 2 * e + 1 + threads / 32); };
   for (int e = 1; e <= chordrt::heuristics::kMoeAlignMaxExperts; ++e) {
     INFO("experts " << e);
-    const int threads = select_moe_align(e).threads;
-    REQUIRE(threads == (e <= 512 ? 1024 : 512));
-    // The per-warp uint16 count table must fit the 48 KB of static shared memory.
-    REQUIRE(2 * (threads / 32) * e <= 48 * 1024);
+    const int threads = select_moe_align(e, h200).threads;
+    REQUIRE(threads == 1024);  // up to 1024 experts all 32 warps fit on an H200
+    REQUIRE(smem(threads, e) <= h200.max_smem_per_block_optin);
   }
-  CHECK(select_moe_align(384).threads == 1024);
-  CHECK(select_moe_align(512).threads == 1024);
-  CHECK(select_moe_align(513).threads == 512);
-  CHECK(chordrt::heuristics::kMoeAlignMaxExperts == 1024);
+  chordrt::heuristics::DeviceFacts small = h200;
+  small.max_smem_per_block_optin = 48 * 1024;  // a device without the opt-in carve-out
+  for (int e : {100, 384, 1024}) {
+    INFO("experts " << e);
+    const int threads = select_moe_align(e, small).threads;
+    REQUIRE(threads % 32 == 0);
+    REQUIRE(threads >= 32);
+    REQUIRE(smem(threads, e) <= small.max_smem_per_block_optin);
+    if (threads < 1024) REQUIRE(smem(threads + 32, e) > small.max_smem_per_block_optin);  // the most that fit
+  }
+  CHECK(select_moe_align(384, small).threads < 1024);
 }

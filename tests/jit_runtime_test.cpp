@@ -2,18 +2,10 @@
 // compiling the same kernels at once, read-only layers, memory-only mode, prewarm bookkeeping.
 #include "runtime/jit_runtime.hpp"
 
-#include <stdlib.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <catch2/catch.hpp>
-#include <cerrno>
 #include <filesystem>
 #include <fstream>
-#include <functional>
-#include <optional>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,6 +16,7 @@
 #include "runtime/kernel_registry.hpp"
 #include "runtime/ops/glue.hpp"
 #include "runtime/prewarm.hpp"
+#include "tests/test_support.hpp"
 
 namespace fs = std::filesystem;
 using Catch::Matchers::Contains;
@@ -31,55 +24,16 @@ using chordrt::EnsureResult;
 using chordrt::ImageSource;
 using chordrt::JitOptions;
 using chordrt::JitRuntime;
-using chordrt::jit::Arch;
 using chordrt::jit::Descriptor;
 using chordrt::jit::DiskCache;
+using chordrt::test::entry_file;
+using chordrt::test::flip_byte;
+using chordrt::test::kHopper;
+using chordrt::test::options_for;
+using chordrt::test::run_children_together;
+using chordrt::test::TempDir;
 
 namespace {
-
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = "/tmp/chordrt-runtime-test-XXXXXX";
-    if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
-
-JitOptions options_for(const fs::path& dir) {
-  JitOptions o;
-  o.cache.primary = dir;
-  return o;
-}
-
-const Arch kHopper{90, 'a'};
-
-fs::path entry_file(const fs::path& root, const std::string& key, const char* ext) {
-  return root / "entries" / key.substr(0, 2) / (key + ext);
-}
-
-void flip_byte(const fs::path& p, size_t offset) {
-  std::string bytes;
-  {
-    std::ifstream in(p, std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    bytes = ss.str();
-  }
-  REQUIRE(offset < bytes.size());
-  bytes[offset] = static_cast<char>(bytes[offset] ^ 0xff);
-  std::ofstream(p, std::ios::binary | std::ios::trunc) << bytes;
-}
 
 char source_letter(ImageSource s) {
   switch (s) {
@@ -91,81 +45,6 @@ char source_letter(ImageSource s) {
       return 'C';
   }
   return '?';
-}
-
-bool write_all(int fd, const std::string& s) {
-  const char* p = s.data();
-  size_t left = s.size();
-  while (left > 0) {
-    ssize_t n = ::write(fd, p, left);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    p += n;
-    left -= static_cast<size_t>(n);
-  }
-  return true;
-}
-
-std::string read_all(int fd) {
-  std::string out;
-  char buf[4096];
-  for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    out.append(buf, static_cast<size_t>(n));
-  }
-  return out;
-}
-
-// Forks n children (before any thread exists in this test), holds them at a barrier (a pipe whose
-// write end the parent closes once all are forked, so they all see EOF together), runs body(i) in each
-// and returns what each produced. A child that throws reports "error: <what>".
-std::vector<std::string> run_children_together(int n, const std::function<std::string(int)>& body) {
-  int start[2];
-  REQUIRE(::pipe(start) == 0);
-  std::vector<pid_t> pids;
-  std::vector<int> outputs;
-  for (int i = 0; i < n; ++i) {
-    int out[2];
-    REQUIRE(::pipe(out) == 0);
-    pid_t pid = ::fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-      ::close(start[1]);
-      ::close(out[0]);
-      char c;
-      while (::read(start[0], &c, 1) < 0 && errno == EINTR) {
-      }
-      std::string result;
-      int code = 0;
-      try {
-        result = body(i);
-      } catch (const std::exception& e) {
-        result = std::string("error: ") + e.what();
-        code = 3;
-      }
-      if (!write_all(out[1], result)) code = 4;
-      ::_exit(code);
-    }
-    ::close(out[1]);
-    pids.push_back(pid);
-    outputs.push_back(out[0]);
-  }
-  ::close(start[0]);
-  ::close(start[1]);  // go
-  std::vector<std::string> results;
-  for (int i = 0; i < n; ++i) {
-    results.push_back(read_all(outputs[i]));
-    ::close(outputs[i]);
-    int status = 0;
-    while (::waitpid(pids[i], &status, 0) < 0 && errno == EINTR) {
-    }
-    INFO("child " << i << ": " << results.back());
-    CHECK(WIFEXITED(status));
-    CHECK(WEXITSTATUS(status) == 0);
-  }
-  return results;
 }
 
 // Threads of this process (fork is only safe while there is one).
@@ -197,7 +76,7 @@ void check_no_torn_entries(const fs::path& root, size_t expected_entries) {
 }  // namespace
 
 TEST_CASE("ensure_compiled: compile once, then memory, then disk", "[runtime]") {
-  TempDir t;
+  TempDir t("runtime-test");
   const Descriptor d = chordrt::ops::silu_and_mul_descriptor(kHopper, 2048);
   std::string key;
   {
@@ -239,7 +118,7 @@ TEST_CASE("ensure_compiled: compile once, then memory, then disk", "[runtime]") 
 }
 
 TEST_CASE("a corrupt cubin on disk is rebuilt", "[runtime]") {
-  TempDir t;
+  TempDir t("runtime-test");
   const Descriptor d = chordrt::ops::moe_combine_descriptor(kHopper, 8, 7168, false);
   std::string key;
   {
@@ -262,7 +141,7 @@ TEST_CASE("a corrupt cubin on disk is rebuilt", "[runtime]") {
 }
 
 TEST_CASE("six processes compiling the same kernel at once compile it once", "[runtime][concurrency]") {
-  TempDir t;
+  TempDir t("runtime-test");
   const fs::path dir = t.path() / "shared";
   const Descriptor d = chordrt::ops::moe_align_descriptor(kHopper, 256, 16, false);
   if (thread_count() != 1) WARN("forking with " << thread_count() << " threads");
@@ -282,7 +161,7 @@ TEST_CASE("six processes compiling the same kernel at once compile it once", "[r
 }
 
 TEST_CASE("six processes compiling three kernels in different orders", "[runtime][concurrency]") {
-  TempDir t;
+  TempDir t("runtime-test");
   const fs::path dir = t.path() / "shared";
   const std::vector<Descriptor> ds = {chordrt::ops::moe_align_descriptor(kHopper, 128, 32, true),
                                       chordrt::ops::silu_and_mul_descriptor(kHopper, 1536),
@@ -313,7 +192,7 @@ TEST_CASE("six processes compiling three kernels in different orders", "[runtime
 }
 
 TEST_CASE("threads of one runtime compiling the same kernel compile it once", "[runtime][concurrency]") {
-  TempDir t;
+  TempDir t("runtime-test");
   JitRuntime rt(options_for(t.path()));
   const Descriptor d = chordrt::ops::silu_and_mul_descriptor(kHopper, 100);
   std::vector<ImageSource> sources(4);
@@ -338,7 +217,7 @@ TEST_CASE("threads of one runtime compiling the same kernel compile it once", "[
 }
 
 TEST_CASE("read-only layers serve a runtime without copying into its primary", "[runtime]") {
-  TempDir t;
+  TempDir t("runtime-test");
   const Descriptor d = chordrt::ops::silu_and_mul_descriptor(kHopper, 7);
   {
     JitRuntime builder(options_for(t.path() / "shipped"));
@@ -354,7 +233,7 @@ TEST_CASE("read-only layers serve a runtime without copying into its primary", "
 }
 
 TEST_CASE("a memory-only runtime still compiles, but nothing persists", "[runtime]") {
-  TempDir t;
+  TempDir t("runtime-test");
   std::ofstream(t.path() / "file") << "x";
   const Descriptor d = chordrt::ops::silu_and_mul_descriptor(kHopper, 7);
   JitRuntime rt(options_for(t.path() / "file" / "cache"));
@@ -366,7 +245,7 @@ TEST_CASE("a memory-only runtime still compiles, but nothing persists", "[runtim
 }
 
 TEST_CASE("strict mode and miss recording only concern run-time misses", "[runtime]") {
-  TempDir t;
+  TempDir t("runtime-test");
   JitOptions o = options_for(t.path() / "c");
   o.strict = true;
   o.record_misses = (t.path() / "misses.jsonl").string();
@@ -395,7 +274,7 @@ TEST_CASE("strict mode and miss recording only concern run-time misses", "[runti
 }
 
 TEST_CASE("prewarm_one reports what it did and never throws", "[runtime][prewarm]") {
-  TempDir t;
+  TempDir t("runtime-test");
   JitRuntime rt(options_for(t.path()));
   const Descriptor d = chordrt::ops::silu_and_mul_descriptor(kHopper, 4096);
   const auto first = chordrt::prewarm_one(rt, d);

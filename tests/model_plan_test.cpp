@@ -1,59 +1,28 @@
 // Models (presets and config.json files), deployments, and the descriptors a deployment dispatches.
 #include "runtime/model_plan.hpp"
 
-#include <stdlib.h>
-
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "chordrt/chordrt.hpp"
 #include "runtime/kernel_registry.hpp"
 #include "runtime/ops/glue.hpp"
+#include "tests/test_support.hpp"
 
 namespace fs = std::filesystem;
-using Catch::Matchers::Contains;
 using chordrt::Deployment;
 using chordrt::MoeModelShape;
 using chordrt::jit::Arch;
 using chordrt::jit::Descriptor;
+using chordrt::test::check_invalid_argument;
+using chordrt::test::kHopper;
+using chordrt::test::TempDir;
 
 namespace {
-
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = "/tmp/chordrt-plan-test-XXXXXX";
-    if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
-
-const Arch kHopper{90, 'a'};
-
-template <typename F>
-std::optional<chordrt::Error> error_of(F&& f) {
-  try {
-    f();
-  } catch (const chordrt::Error& e) {
-    return e;
-  }
-  return std::nullopt;
-}
 
 std::string write_file(const TempDir& t, const std::string& name, const std::string& text) {
   const fs::path p = t.path() / name;
@@ -82,24 +51,21 @@ void check_no_duplicates(const std::vector<Descriptor>& ds) {
 
 TEST_CASE("model presets", "[plan]") {
   const auto names = chordrt::model_preset_names();
-  CHECK(std::find(names.begin(), names.end(), "kimi-k2") != names.end());
-  CHECK(std::find(names.begin(), names.end(), "deepseek-v3") != names.end());
-  const MoeModelShape kimi = chordrt::resolve_model("kimi-k2");
-  CHECK(kimi.name == "kimi-k2");
-  CHECK(kimi.hidden == 7168);
-  CHECK(kimi.moe_intermediate == 2048);
-  CHECK(kimi.num_experts == 384);
-  CHECK(kimi.top_k == 8);
-  const MoeModelShape ds = chordrt::resolve_model("deepseek-v3");
-  CHECK(ds.name == "deepseek-v3");
-  CHECK(ds.hidden == 7168);
-  CHECK(ds.moe_intermediate == 2048);
-  CHECK(ds.num_experts == 256);
-  CHECK(ds.top_k == 8);
+  for (const MoeModelShape& want :
+       {MoeModelShape{"kimi-k2", 7168, 2048, 384, 8}, MoeModelShape{"deepseek-v3", 7168, 2048, 256, 8}}) {
+    INFO(want.name);
+    CHECK(std::find(names.begin(), names.end(), want.name) != names.end());
+    const MoeModelShape m = chordrt::resolve_model(want.name);
+    CHECK(m.name == want.name);
+    CHECK(m.hidden == want.hidden);
+    CHECK(m.moe_intermediate == want.moe_intermediate);
+    CHECK(m.num_experts == want.num_experts);
+    CHECK(m.top_k == want.top_k);
+  }
 }
 
 TEST_CASE("models from config.json files", "[plan]") {
-  TempDir t;
+  TempDir t("plan-test");
   SECTION("top-level fields") {
     const auto path = write_file(t, "config.json", R"({"model_type": "deepseek_v3", "hidden_size": 4096,
       "moe_intermediate_size": 1408, "n_routed_experts": 64, "num_experts_per_tok": 6, "vocab_size": 102400})");
@@ -134,13 +100,10 @@ TEST_CASE("models from config.json files", "[plan]") {
 }
 
 TEST_CASE("bad model configs are INVALID_ARGUMENT naming the problem", "[plan]") {
-  TempDir t;
+  TempDir t("plan-test");
   auto rejected = [](const std::string& model, std::initializer_list<std::string> needles) {
     INFO(model);
-    auto e = error_of([&] { (void)chordrt::resolve_model(model); });
-    REQUIRE(e.has_value());
-    CHECK(e->status() == CHORD_ERROR_INVALID_ARGUMENT);
-    for (const auto& n : needles) CHECK_THAT(std::string(e->what()), Contains(n));
+    check_invalid_argument([&] { (void)chordrt::resolve_model(model); }, needles);
   };
   const std::string full = R"("hidden_size": 2048, "moe_intermediate_size": 768, "num_experts_per_tok": 8)";
   rejected(write_file(t, "no-experts.json", "{" + full + "}"), {"n_routed_experts", "num_experts", "no-experts.json"});
@@ -187,10 +150,7 @@ TEST_CASE("Deployment::parse", "[plan]") {
   for (const char* bad : {"x8", "tp", "ep", "tp0", "ep-1", "", "t", "tp8x", "tp 8", "TP8", "tp+8", "pt8", "tp1025",
                           "ep99999999999", "tp08x", "8"}) {
     INFO("\"" << bad << "\"");
-    auto e = error_of([&] { (void)Deployment::parse(bad); });
-    REQUIRE(e.has_value());
-    CHECK(e->status() == CHORD_ERROR_INVALID_ARGUMENT);
-    CHECK_THAT(std::string(e->what()), Contains("deployment"));
+    check_invalid_argument([&] { (void)Deployment::parse(bad); }, {"deployment"});
   }
 }
 
@@ -280,10 +240,8 @@ TEST_CASE("plan_descriptors rejects indivisible deployments", "[plan]") {
   const MoeModelShape kimi = chordrt::resolve_model("kimi-k2");
   auto rejected = [&](const char* dep, const char* needle) {
     INFO(dep);
-    auto e = error_of([&] { (void)chordrt::plan_descriptors(kimi, Deployment::parse(dep), kHopper); });
-    REQUIRE(e.has_value());
-    CHECK(e->status() == CHORD_ERROR_INVALID_ARGUMENT);
-    CHECK_THAT(std::string(e->what()), Contains(needle) && Contains(dep));
+    check_invalid_argument([&] { (void)chordrt::plan_descriptors(kimi, Deployment::parse(dep), kHopper); },
+                           {needle, dep});
   };
   rejected("tp3", "TP 3");
   rejected("tp6", "TP 6");

@@ -1,10 +1,6 @@
 // NVRTC end to end (no GPU needed): every registered family's example descriptors compile to sm_90a
 // cubins; compile failures carry the log; descriptor JSON round trips and validation.
-#include <stdlib.h>
-
 #include <catch2/catch.hpp>
-#include <filesystem>
-#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -16,59 +12,27 @@
 #include "runtime/kernel_sources.hpp"
 #include "runtime/nvrtc_compiler.hpp"
 #include "runtime/ops/glue.hpp"
+#include "tests/test_support.hpp"
 
-namespace fs = std::filesystem;
 using Catch::Matchers::Contains;
 using chordrt::ImageSource;
-using chordrt::JitOptions;
 using chordrt::JitRuntime;
 using chordrt::KernelFamily;
 using chordrt::jit::Arch;
 using chordrt::jit::Descriptor;
+using chordrt::test::check_invalid_argument;
+using chordrt::test::error_of;
+using chordrt::test::kHopper;
+using chordrt::test::options_for;
+using chordrt::test::TempDir;
 using nlohmann::json;
 
 namespace {
-
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = "/tmp/chordrt-nvrtc-test-XXXXXX";
-    if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
-
-const Arch kHopper{90, 'a'};
-
-template <typename F>
-std::optional<chordrt::Error> error_of(F&& f) {
-  try {
-    f();
-  } catch (const chordrt::Error& e) {
-    return e;
-  }
-  return std::nullopt;
-}
 
 bool is_elf(const std::string& bytes) {
   return bytes.size() > 4 && bytes.compare(0, 4,
                                            "\x7f"
                                            "ELF") == 0;
-}
-
-// The error descriptor_from_json raises for j (INVALID_ARGUMENT expected).
-std::optional<chordrt::Error> from_json_error(const json& j) {
-  return error_of([&] { (void)chordrt::descriptor_from_json(j); });
 }
 
 }  // namespace
@@ -99,10 +63,8 @@ TEST_CASE("the registry lists the glue families", "[nvrtc]") {
 }
 
 TEST_CASE("every example descriptor compiles for sm_90a", "[nvrtc]") {
-  TempDir t;
-  JitOptions o;
-  o.cache.primary = t.path();
-  JitRuntime rt(o);
+  TempDir t("nvrtc-test");
+  JitRuntime rt(options_for(t.path()));
   size_t compiled = 0;
   for (const KernelFamily* f : chordrt::kernel_families()) {
     for (const Descriptor& d : f->examples(kHopper)) {
@@ -188,10 +150,7 @@ TEST_CASE("descriptor_from_json rejects malformed descriptors", "[nvrtc]") {
 
   auto rejected = [](const json& j, const std::string& needle) {
     INFO(j.dump() << " / expecting \"" << needle << "\"");
-    auto e = from_json_error(j);
-    REQUIRE(e.has_value());
-    CHECK(e->status() == CHORD_ERROR_INVALID_ARGUMENT);
-    CHECK_THAT(std::string(e->what()), Contains(needle));
+    check_invalid_argument([&] { (void)chordrt::descriptor_from_json(j); }, {needle});
   };
 
   json j = good;
@@ -222,7 +181,8 @@ TEST_CASE("descriptor_from_json rejects malformed descriptors", "[nvrtc]") {
                                                                                  {"block_size", 0},
                                                                                  {"block_size", 1025},
                                                                                  {"has_expert_map", 2},
-                                                                                 {"threads", 256},
+                                                                                 {"threads", 100},
+                                                                                 {"threads", 2048},
                                                                                  {"threads", -1}}) {
     j = good;
     j["fields"][field] = value;

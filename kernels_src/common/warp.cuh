@@ -21,4 +21,26 @@ __device__ __forceinline__ int warp_inclusive_scan(int v) {
   return v;
 }
 
+// Bits needed to represent every value in [0, v].
+__host__ __device__ constexpr int bit_width(int v) {
+  int b = 0;
+  while ((1 << b) <= v) ++b;
+  return b;
+}
+
+// The lanes whose key equals this lane's (keys < 2^BITS), from BITS ballots. Same result as
+// __match_any_sync, but a fixed ~2*BITS instructions: match.any's cost grows with the number of distinct
+// keys and made a 32-distinct-expert step cost ~4K cycles on the H200.
+template <int BITS>
+__device__ __forceinline__ uint32_t match_any_by_ballot(uint32_t key) {
+  uint32_t same = 0xffffffffu;
+#pragma unroll
+  for (int b = 0; b < BITS; ++b) {
+    const uint32_t bit = (key >> b) & 1u;
+    const uint32_t ones = __ballot_sync(0xffffffffu, bit);
+    same &= bit ? ones : ~ones;
+  }
+  return same;
+}
+
 }  // namespace chord

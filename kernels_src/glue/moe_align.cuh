@@ -1,13 +1,28 @@
 // moe_align: vLLM's moe_align_block_size contract from topk_ids, deterministic (each expert's routes in
-// ascending route id). One CTA: routes are processed in chunks of THREADS; within a chunk a route's rank
-// among the same expert's routes comes from __match_any_sync plus per-warp prefix counts in shared
-// memory, so no global scratch is needed and the result does not depend on scheduling.
+// ascending route id), in one CTA and without global scratch.
+//
+// Warp w owns the contiguous route segment [w*seg, (w+1)*seg). Pass A: each warp walks its segment 32
+// routes at a time and counts routes per expert into its own shared-memory row (a ballot-based match
+// groups the lanes of one expert; the group's leader adds the group size). A column-wise exclusive scan over the
+// warps then gives every (warp, expert) its start within the expert's run, and the padded per-expert
+// scan gives the runs' offsets. Pass B walks the segments again and places each route at
+// offset[e] + row[w][e] + rank among its group. Segments are ordered, so routes end up in ascending order
+// with only two block-wide barriers in total (instead of several per chunk of routes).
 #pragma once
 
 #include "common/types.cuh"
 #include "common/warp.cuh"
 
 namespace chord {
+
+// Dynamic shared memory the kernel needs (the host passes exactly this; the kernel checks it).
+template <int NUM_EXPERTS, int THREADS>
+__host__ __device__ constexpr uint32_t moe_align_smem_bytes() {
+  return 4u * ((THREADS / 32) * NUM_EXPERTS + 2 * NUM_EXPERTS + 1 + THREADS / 32);
+}
+
+// Routes a lane loads ahead in one go, so a warp has that many loads in flight per trip to memory.
+constexpr int kMoeAlignLoadsInFlight = 8;
 
 template <int NUM_EXPERTS, int BLOCK_SIZE, bool HAS_EXPERT_MAP, int THREADS>
 __global__ void __launch_bounds__(THREADS)
@@ -16,22 +31,63 @@ __global__ void __launch_bounds__(THREADS)
                      int32_t expert_ids_capacity, int32_t* __restrict__ num_post_padded) {
   constexpr int kWarps = THREADS / 32;
   constexpr int kPerThread = (NUM_EXPERTS + THREADS - 1) / THREADS;
+  constexpr int kUnroll = kMoeAlignLoadsInFlight;
   static_assert(THREADS % 32 == 0 && THREADS <= 1024, "THREADS");
-  static_assert(NUM_EXPERTS <= 65535, "per-warp counts are 16-bit");
 
-  __shared__ int32_t s_count[NUM_EXPERTS];       // routes per expert
-  __shared__ int32_t s_offset[NUM_EXPERTS + 1];  // exclusive prefix of padded counts
-  __shared__ int32_t s_cursor[NUM_EXPERTS];      // next free slot per expert
-  __shared__ uint16_t s_warp[kWarps][NUM_EXPERTS];
-  __shared__ int32_t s_scan[kWarps];
+  extern __shared__ int32_t smem[];
+  int32_t* s_row = smem;                            // [kWarps][NUM_EXPERTS]: counts, then starts
+  int32_t* s_count = s_row + kWarps * NUM_EXPERTS;  // [NUM_EXPERTS] routes per expert
+  int32_t* s_offset = s_count + NUM_EXPERTS;        // [NUM_EXPERTS + 1] padded run offsets
+  int32_t* s_scan = s_offset + NUM_EXPERTS + 1;     // [kWarps]
+
+  uint32_t smem_size;
+  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(smem_size));
+  if (smem_size < moe_align_smem_bytes<NUM_EXPERTS, THREADS>()) __trap();
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int seg = (num_routes + kWarps - 1) / kWarps;
+  const int seg_begin = min(warp * seg, num_routes), seg_end = min(seg_begin + seg, num_routes);
+  int32_t* my_row = s_row + warp * NUM_EXPERTS;
 
-  for (int e = tid; e < NUM_EXPERTS; e += THREADS) s_count[e] = 0;
+  for (int i = tid; i < kWarps * NUM_EXPERTS; i += THREADS) s_row[i] = 0;
   __syncthreads();
-  for (int r = tid; r < num_routes; r += THREADS) {
-    const int e = topk_ids[r];
-    if (static_cast<uint32_t>(e) < static_cast<uint32_t>(NUM_EXPERTS)) atomicAdd(&s_count[e], 1);
+
+  // Walks this warp's segment in steps of 32 routes; visit(route, expert or -1, lanes of that expert).
+  auto walk = [&](auto&& visit) {
+    for (int base = seg_begin; base < seg_end; base += 32 * kUnroll) {
+      int e[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int r = base + u * 32 + lane;
+        e[u] = r < seg_end ? topk_ids[r] : -1;
+        if (static_cast<uint32_t>(e[u]) >= static_cast<uint32_t>(NUM_EXPERTS)) e[u] = -1;  // dropped
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        if (base + u * 32 >= seg_end) break;  // warp-uniform
+        // Dropped routes share the key NUM_EXPERTS, so they form their own group.
+        const uint32_t same = match_any_by_ballot<bit_width(NUM_EXPERTS)>(e[u] >= 0 ? e[u] : NUM_EXPERTS);
+        visit(base + u * 32 + lane, e[u], same);
+        __syncwarp();
+        if (e[u] >= 0 && lane == __ffs(same) - 1) my_row[e[u]] += __popc(same);
+        __syncwarp();
+      }
+    }
+  };
+
+  walk([](int, int, uint32_t) {});  // pass A: per-warp counts
+  __syncthreads();
+
+  // Column scan over warps: row[w][e] becomes the start of warp w's routes within expert e's run.
+  for (int x = tid; x < NUM_EXPERTS; x += THREADS) {
+    int run = 0;
+#pragma unroll 8
+    for (int w = 0; w < kWarps; ++w) {
+      const int c = s_row[w * NUM_EXPERTS + x];
+      s_row[w * NUM_EXPERTS + x] = run;
+      run += c;
+    }
+    s_count[x] = run;
   }
   __syncthreads();
 
@@ -58,10 +114,7 @@ __global__ void __launch_bounds__(THREADS)
 #pragma unroll
   for (int i = 0; i < kPerThread; ++i) {
     const int e = tid * kPerThread + i;
-    if (e < NUM_EXPERTS) {
-      s_offset[e] = thread_base + local[i];
-      s_cursor[e] = thread_base + local[i];
-    }
+    if (e < NUM_EXPERTS) s_offset[e] = thread_base + local[i];
   }
   if (tid == THREADS - 1) s_offset[NUM_EXPERTS] = thread_base + sum;
   __syncthreads();
@@ -77,39 +130,10 @@ __global__ void __launch_bounds__(THREADS)
   for (int b = total / BLOCK_SIZE + tid; b < expert_ids_capacity; b += THREADS) expert_ids[b] = -1;
   for (int p = total + tid; p < sorted_capacity; p += THREADS) sorted_ids[p] = num_routes;
 
-  for (int base = 0; base < num_routes; base += THREADS) {
-    for (int i = tid; i < kWarps * NUM_EXPERTS; i += THREADS) (&s_warp[0][0])[i] = 0;
-    __syncthreads();
-    const int r = base + tid;
-    int e = r < num_routes ? topk_ids[r] : -1;
-    if (static_cast<uint32_t>(e) >= static_cast<uint32_t>(NUM_EXPERTS)) e = -1;
-    const uint32_t same = __match_any_sync(0xffffffffu, e);
-    if (e >= 0 && lane == __ffs(same) - 1) s_warp[warp][e] = static_cast<uint16_t>(__popc(same));
-    __syncthreads();
-    int runs[kPerThread];
-#pragma unroll
-    for (int i = 0; i < kPerThread; ++i) {
-      const int x = tid + i * THREADS;
-      int run = 0;
-      if (x < NUM_EXPERTS) {
-#pragma unroll 8
-        for (int w = 0; w < kWarps; ++w) {
-          const int c = s_warp[w][x];
-          s_warp[w][x] = static_cast<uint16_t>(run);
-          run += c;
-        }
-      }
-      runs[i] = run;
-    }
-    __syncthreads();
-    if (e >= 0) sorted_ids[s_cursor[e] + s_warp[warp][e] + __popc(same & lanemask_lt())] = r;
-    __syncthreads();
-#pragma unroll
-    for (int i = 0; i < kPerThread; ++i) {
-      const int x = tid + i * THREADS;
-      if (x < NUM_EXPERTS) s_cursor[x] += runs[i];
-    }
-  }
+  // Pass B: placement (row[w][e] advances as the warp's routes of e are placed).
+  walk([&](int r, int e, uint32_t same) {
+    if (e >= 0) sorted_ids[s_offset[e] + my_row[e] + __popc(same & lanemask_lt())] = r;
+  });
 }
 
 }  // namespace chord

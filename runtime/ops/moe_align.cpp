@@ -19,7 +19,7 @@ constexpr int kMaxTopK = 64;
 KernelProgram program(const jit::Descriptor& d) {
   const int64_t experts = d[0], block = d[1], has_map = d[2], threads = d[3];
   if (experts < 1 || experts > heuristics::kMoeAlignMaxExperts || block < 1 || block > kMaxBlockSize ||
-      (has_map != 0 && has_map != 1) || (threads != 512 && threads != 1024)) {
+      (has_map != 0 && has_map != 1) || threads < 32 || threads > 1024 || threads % 32 != 0) {
     throw_error(CHORD_ERROR_INVALID_ARGUMENT, "{}: values out of the kernel's range", jit::to_string(d));
   }
   KernelProgram p;
@@ -27,6 +27,10 @@ KernelProgram program(const jit::Descriptor& d) {
   p.name_expression =
       fmt::format("chord::moe_align_kernel<{}, {}, {}, {}>", experts, block, has_map ? "true" : "false", threads);
   p.threads = static_cast<uint32_t>(threads);
+  // As moe_align_smem_bytes() in the kernel (which traps if it gets less): per-warp rows, counts,
+  // offsets, scan scratch.
+  const int64_t warps = threads / 32;
+  p.dynamic_smem = static_cast<uint32_t>(4 * (warps * experts + 2 * experts + 1 + warps));
   return p;
 }
 
@@ -39,6 +43,7 @@ std::vector<jit::Descriptor> examples(jit::Arch arch) {
 const KernelFamily kMoeAlignFamily{kSchema, program, examples};
 
 jit::Descriptor moe_align_descriptor(jit::Arch arch, int num_experts, int block_size, bool has_expert_map) {
+  // Default device facts (H200) so that prewarm, which has no device, plans the same descriptors.
   const auto config = heuristics::select_moe_align(num_experts);
   return jit::Descriptor(kSchema, arch, {num_experts, block_size, has_expert_map ? 1 : 0, config.threads});
 }

@@ -9,21 +9,22 @@ namespace chordrt::ops {
 
 namespace {
 
-constexpr std::string_view kFields[] = {"top_k", "vec", "threads", "filtered"};
+constexpr std::string_view kFields[] = {"top_k", "vec", "threads", "rows_per_cta", "filtered"};
 constexpr jit::FamilySchema kSchema{"glue.moe_combine", kFields};
 constexpr int kMaxTopK = 64;
 
 KernelProgram program(const jit::Descriptor& d) {
-  const int64_t top_k = d[0], vec = d[1], threads = d[2], filtered = d[3];
+  const int64_t top_k = d[0], vec = d[1], threads = d[2], rows_per_cta = d[3], filtered = d[4];
   if (top_k < 1 || top_k > kMaxTopK || (vec != 1 && vec != 2 && vec != 4 && vec != 8) || threads < 32 ||
-      threads > 1024 || threads % 32 != 0 || (filtered != 0 && filtered != 1)) {
+      threads > 1024 || threads % 32 != 0 || rows_per_cta < 1 || threads * rows_per_cta > 1024 ||
+      (filtered != 0 && filtered != 1)) {
     throw_error(CHORD_ERROR_INVALID_ARGUMENT, "{}: values out of the kernel's range", jit::to_string(d));
   }
   KernelProgram p;
   p.header = "glue/moe_combine.cuh";
-  p.name_expression =
-      fmt::format("chord::moe_combine_kernel<{}, {}, {}, {}>", top_k, vec, threads, filtered ? "true" : "false");
-  p.threads = static_cast<uint32_t>(threads);
+  p.name_expression = fmt::format("chord::moe_combine_kernel<{}, {}, {}, {}, {}>", top_k, vec, threads, rows_per_cta,
+                                  filtered ? "true" : "false");
+  p.threads = static_cast<uint32_t>(threads * rows_per_cta);
   return p;
 }
 
@@ -37,7 +38,7 @@ const KernelFamily kMoeCombineFamily{kSchema, program, examples};
 
 jit::Descriptor moe_combine_descriptor(jit::Arch arch, int top_k, int64_t hidden, bool filtered) {
   const auto c = heuristics::select_rowwise(hidden);
-  return jit::Descriptor(kSchema, arch, {top_k, c.vec, c.threads, filtered ? 1 : 0});
+  return jit::Descriptor(kSchema, arch, {top_k, c.vec, c.threads, c.rows_per_cta, filtered ? 1 : 0});
 }
 
 }  // namespace chordrt::ops

@@ -9,18 +9,19 @@ namespace chordrt::ops {
 
 namespace {
 
-constexpr std::string_view kFields[] = {"vec", "threads"};
+constexpr std::string_view kFields[] = {"vec", "threads", "rows_per_cta"};
 constexpr jit::FamilySchema kSchema{"glue.silu_and_mul", kFields};
 
 KernelProgram program(const jit::Descriptor& d) {
-  const int64_t vec = d[0], threads = d[1];
-  if ((vec != 1 && vec != 2 && vec != 4 && vec != 8) || threads < 32 || threads > 1024 || threads % 32 != 0) {
+  const int64_t vec = d[0], threads = d[1], rows_per_cta = d[2];
+  if ((vec != 1 && vec != 2 && vec != 4 && vec != 8) || threads < 32 || threads > 1024 || threads % 32 != 0 ||
+      rows_per_cta < 1 || threads * rows_per_cta > 1024) {
     throw_error(CHORD_ERROR_INVALID_ARGUMENT, "{}: values out of the kernel's range", jit::to_string(d));
   }
   KernelProgram p;
   p.header = "glue/silu_and_mul.cuh";
-  p.name_expression = fmt::format("chord::silu_and_mul_kernel<{}, {}>", vec, threads);
-  p.threads = static_cast<uint32_t>(threads);
+  p.name_expression = fmt::format("chord::silu_and_mul_kernel<{}, {}, {}>", vec, threads, rows_per_cta);
+  p.threads = static_cast<uint32_t>(threads * rows_per_cta);
   return p;
 }
 
@@ -34,7 +35,7 @@ const KernelFamily kSiluAndMulFamily{kSchema, program, examples};
 
 jit::Descriptor silu_and_mul_descriptor(jit::Arch arch, int64_t intermediate) {
   const auto c = heuristics::select_rowwise(intermediate);
-  return jit::Descriptor(kSchema, arch, {c.vec, c.threads});
+  return jit::Descriptor(kSchema, arch, {c.vec, c.threads, c.rows_per_cta});
 }
 
 }  // namespace chordrt::ops

@@ -190,7 +190,7 @@ def _descriptor_lines(path, items):
 
 
 GOOD_DESCRIPTORS = [
-    {"family": "glue.silu_and_mul", "arch": "sm_90a", "fields": {"vec": 4, "threads": 128}},
+    {"family": "glue.silu_and_mul", "arch": "sm_90a", "fields": {"vec": 4, "threads": 128, "rows_per_cta": 2}},
     {
         "family": "glue.moe_align",
         "arch": "sm_90a",

@@ -98,18 +98,26 @@ def run_align(topk_cpu, e, block, expert_map_cpu=None):
     )
     assert out[0] is sorted_ids and out[1] is expert_ids and out[2] is ntpp
     torch.cuda.synchronize()
-    return sorted_ids.cpu().numpy(), expert_ids.cpu().numpy(), int(ntpp.item()), cap, blocks
+    return sorted_ids, expert_ids, ntpp
 
 
-def check_align(topk_cpu, e, block, expert_map_cpu=None):
-    got_sorted, got_blocks, got_total, cap, blocks = run_align(topk_cpu, e, block, expert_map_cpu)
-    emap = expert_map_cpu.numpy() if expert_map_cpu is not None else None
-    ref_sorted, ref_blocks, ref_total = ref_moe_align(topk_cpu.numpy(), e, block, cap, blocks, emap)
+def assert_align_matches(topk, e, block, sorted_ids, expert_ids, ntpp, expert_map=None):
+    """moe_align's outputs (tensors, read back in full) against ref_moe_align for topk (and expert_map)."""
+    emap = expert_map.cpu().numpy() if expert_map is not None else None
+    ref_sorted, ref_blocks, ref_total = ref_moe_align(
+        topk.cpu().numpy(), e, block, sorted_ids.numel(), expert_ids.numel(), emap
+    )
+    got_total = int(ntpp.item())
+    got_sorted = sorted_ids.cpu().numpy()
     assert got_total == ref_total
     assert got_total % block == 0
     np.testing.assert_array_equal(got_sorted[:ref_total], ref_sorted[:ref_total])
     np.testing.assert_array_equal(got_sorted, ref_sorted)  # the sentinel tail up to the capacity
-    np.testing.assert_array_equal(got_blocks, ref_blocks)  # -1 past the used blocks
+    np.testing.assert_array_equal(expert_ids.cpu().numpy(), ref_blocks)  # -1 past the used blocks
+
+
+def check_align(topk_cpu, e, block, expert_map_cpu=None):
+    assert_align_matches(topk_cpu, e, block, *run_align(topk_cpu, e, block, expert_map_cpu), expert_map_cpu)
 
 
 @pytest.mark.parametrize("e", [8, 384])
@@ -163,10 +171,7 @@ def test_moe_align_vllm_sized_buffers():
     s = torch.full((cap,), POISON_INT, dtype=torch.int32, device=DEV)
     b = torch.full((blocks,), POISON_INT, dtype=torch.int32, device=DEV)
     _, _, n = chordrt.moe_align(topk.to(DEV), e, block, sorted_token_ids=s, expert_ids=b)
-    ref_sorted, ref_blocks, ref_total = ref_moe_align(topk.numpy(), e, block, cap, blocks)
-    assert int(n.item()) == ref_total
-    np.testing.assert_array_equal(s.cpu().numpy(), ref_sorted)
-    np.testing.assert_array_equal(b.cpu().numpy(), ref_blocks)
+    assert_align_matches(topk, e, block, s, b, n)
 
 
 def test_moe_align_allocates_outputs():
@@ -177,12 +182,7 @@ def test_moe_align_allocates_outputs():
     assert sorted_ids.numel() == chordrt.moe_align_sorted_capacity(64, 8, 384, 64)
     assert expert_ids.numel() == chordrt.moe_align_expert_ids_capacity(64, 8, 384, 64)
     assert ntpp.shape == (1,)
-    ref_sorted, ref_blocks, ref_total = ref_moe_align(
-        topk.cpu().numpy(), 384, 64, sorted_ids.numel(), expert_ids.numel()
-    )
-    assert int(ntpp.item()) == ref_total
-    np.testing.assert_array_equal(sorted_ids.cpu().numpy(), ref_sorted)
-    np.testing.assert_array_equal(expert_ids.cpu().numpy(), ref_blocks)
+    assert_align_matches(topk, 384, 64, sorted_ids, expert_ids, ntpp)
 
 
 def test_moe_align_zero_tokens():
@@ -223,10 +223,7 @@ def test_moe_align_raw_pointers_and_explicit_stream():
             is None
         )
     stream.synchronize()
-    ref_sorted, ref_blocks, ref_total = ref_moe_align(topk_cpu.numpy(), 64, 16, cap, blocks)
-    assert int(n.item()) == ref_total
-    np.testing.assert_array_equal(s.cpu().numpy(), ref_sorted)
-    np.testing.assert_array_equal(b.cpu().numpy(), ref_blocks)
+    assert_align_matches(topk_cpu, 64, 16, s, b, n)
 
 
 def test_moe_align_graph_capture_and_capture_miss():
@@ -241,10 +238,7 @@ def test_moe_align_graph_capture_and_capture_miss():
     topk.copy_(random_topk(64, 8, 256, gen).to(DEV))
     graph.replay()
     torch.cuda.synchronize()
-    ref_sorted, ref_blocks, ref_total = ref_moe_align(topk.cpu().numpy(), 256, 32, sorted_ids.numel(), expert_ids.numel())
-    assert int(ntpp.item()) == ref_total
-    np.testing.assert_array_equal(sorted_ids.cpu().numpy(), ref_sorted)
-    np.testing.assert_array_equal(expert_ids.cpu().numpy(), ref_blocks)
+    assert_align_matches(topk, 256, 32, sorted_ids, expert_ids, ntpp)
 
     # A kernel never loaded cannot be compiled while capturing: a typed error, not a broken capture.
     graph2 = torch.cuda.CUDAGraph()

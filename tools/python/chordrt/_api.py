@@ -216,6 +216,11 @@ def _check_int(value, op: str, name: str) -> int:
     return value
 
 
+def _options_ref(opts):
+    """The options argument of a C call: a pointer to the struct, or NULL (the defaults) for None."""
+    return ctypes.byref(opts) if opts is not None else None
+
+
 # ---- moe_align --------------------------------------------------------------------------------------
 
 
@@ -264,7 +269,7 @@ def moe_align(
                 _address(expert_ids, op, "expert_ids"),
                 _size(expert_ids_capacity, op, "expert_ids_capacity"),
                 _address(num_tokens_post_padded, op, "num_tokens_post_padded"),
-                ctypes.byref(opts) if opts is not None else None,
+                _options_ref(opts),
                 _raw_stream(stream),
             )
         )
@@ -298,26 +303,23 @@ def moe_align(
     ):
         if given is not None and given != numel:
             raise _invalid(op, f"{name}={given} disagrees with the tensor's {numel} elements")
-    opts = MoeAlignOptions(expert_map=expert_map.data_ptr()) if expert_map is not None else None
     # An empty topk_ids has no storage (data_ptr() == 0) but the call must still write the outputs; the
     # kernel reads no route then, so any valid device address will do.
     topk_ptr = topk_ids.data_ptr() if topk_ids.numel() else num_tokens_post_padded.data_ptr()
-    with call.guard():
-        check(
-            lib().chord_moe_align(
-                topk_ptr,
-                m,
-                k,
-                num_experts,
-                block_size,
-                sorted_token_ids.data_ptr(),
-                sorted_token_ids.numel(),
-                expert_ids.data_ptr(),
-                expert_ids.numel(),
-                num_tokens_post_padded.data_ptr(),
-                ctypes.byref(opts) if opts is not None else None,
-                call.stream(),
-            )
+    with call.guard():  # the raw-pointer call on the checked tensors
+        moe_align(
+            topk_ptr,
+            num_experts,
+            block_size,
+            expert_map=expert_map.data_ptr() if expert_map is not None else None,
+            sorted_token_ids=sorted_token_ids.data_ptr(),
+            expert_ids=expert_ids.data_ptr(),
+            num_tokens_post_padded=num_tokens_post_padded.data_ptr(),
+            num_tokens=m,
+            top_k=k,
+            sorted_token_ids_capacity=sorted_token_ids.numel(),
+            expert_ids_capacity=expert_ids.numel(),
+            stream=call.stream(),
         )
     return sorted_token_ids, expert_ids, num_tokens_post_padded
 
@@ -363,8 +365,8 @@ def silu_and_mul(input, output=None, *, rows: Optional[int] = None, intermediate
         if inter == 0:
             raise _invalid(op, f"intermediate must be >= 1, got input of shape {tuple(input.shape)}")
         return output  # nothing to compute (and empty tensors have no storage to pass)
-    with call.guard():
-        check(lib().chord_silu_and_mul(input.data_ptr(), output.data_ptr(), n_rows, inter, call.stream()))
+    with call.guard():  # the raw-pointer call on the checked tensors
+        silu_and_mul(input.data_ptr(), output.data_ptr(), rows=n_rows, intermediate=inter, stream=call.stream())
     return output
 
 
@@ -412,7 +414,7 @@ def moe_combine(
                 _size(num_tokens, op, "num_tokens"),
                 _size(top_k, op, "top_k"),
                 _size(hidden, op, "hidden"),
-                ctypes.byref(opts) if opts is not None else None,
+                _options_ref(opts),
                 _raw_stream(stream),
             )
         )
@@ -438,9 +440,8 @@ def moe_combine(
     if output is None:
         output = torch.empty((t, h), dtype=torch.bfloat16, device=call.device)
     call.tensor(output, "output", torch.bfloat16, shape=(t, h))
-    opts = None
+    ids_ptr = map_ptr = None
     if topk_ids is not None or expert_map is not None:
-        ids_ptr = map_ptr = 0
         if topk_ids is not None:
             call.tensor(topk_ids, "topk_ids", torch.int32, shape=(t, k))
             ids_ptr = topk_ids.data_ptr()
@@ -451,22 +452,20 @@ def moe_combine(
                 num_experts = expert_map.numel()
             elif num_experts > expert_map.numel():
                 raise _invalid(op, f"num_experts={num_experts} exceeds expert_map's {expert_map.numel()} entries")
-        opts = MoeCombineOptions(
-            topk_ids=ids_ptr, expert_map=map_ptr, num_experts=_size(num_experts, op, "num_experts", required=False)
-        )
+        num_experts = _size(num_experts, op, "num_experts", required=False)
     if t == 0:
         return output  # nothing to compute (and empty tensors have no storage to pass)
-    with call.guard():
-        check(
-            lib().chord_moe_combine(
-                expert_rows.data_ptr(),
-                topk_weights.data_ptr(),
-                output.data_ptr(),
-                t,
-                k,
-                h,
-                ctypes.byref(opts) if opts is not None else None,
-                call.stream(),
-            )
+    with call.guard():  # the raw-pointer call on the checked tensors
+        moe_combine(
+            expert_rows.data_ptr(),
+            topk_weights.data_ptr(),
+            output.data_ptr(),
+            topk_ids=ids_ptr,
+            expert_map=map_ptr,
+            num_experts=num_experts,
+            num_tokens=t,
+            top_k=k,
+            hidden=h,
+            stream=call.stream(),
         )
     return output
