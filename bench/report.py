@@ -41,7 +41,12 @@ def main():
             lines.append(f"| {r['op']} | {r['shape']} | {r['chordrt_us']:.2f} | {r['chordrt_tbps']:.2f} | "
                          f"{100 * r['fraction_of_stream_read']:.0f}% | {r['torch_us']:.2f} | "
                          f"{r['speedup_vs_torch']:.2f}× |")
-        lines.append("")
+        lines += ["",
+                  "Bytes are those actually moved (for the EP filter: only local routes' rows). PyTorch baselines: "
+                  "`silu(gate) * up`; `torch.bmm` of BF16 weights and rows (it has no EP filter and computes every "
+                  "route); for `moe_align` a sort-based equivalent run eagerly (it synchronizes with the host, so "
+                  "it cannot be graph-captured). `bench/NOTES.md` explains each number against its prediction.",
+                  ""]
     (ROOT / "docs" / "performance.md").write_text("\n".join(lines))
 
 
