@@ -4,11 +4,15 @@
 
 namespace chordrt::heuristics {
 
-MoeAlignConfig select_moe_align(int num_experts, const DeviceFacts& facts) {
-  // Shared memory: 4 bytes x (warps x experts + 2 x experts + 1 + warps), as the kernel lays it out.
-  const int64_t words = facts.max_smem_per_block_optin / 4 - 2 * int64_t{num_experts} - 1;
+MoeAlignConfig select_moe_align(int num_experts, int64_t num_routes, const DeviceFacts& facts) {
+  // Shared memory: 4 bytes x (warps x experts + 4 x experts + 1 + warps), as the kernel lays it out.
+  const int64_t words = facts.max_smem_per_block_optin / 4 - 4 * int64_t{num_experts} - 1;
   const int64_t warps = std::clamp<int64_t>(words / (num_experts + 1), 1, 32);
-  return {static_cast<int>(warps * 32)};
+  return {static_cast<int>(warps * 32), num_routes > kMoeAlignClusterMinRoutes ? 8 : 1};
+}
+
+std::vector<MoeAlignConfig> moe_align_configs(int num_experts, const DeviceFacts& facts) {
+  return {select_moe_align(num_experts, 0, facts), select_moe_align(num_experts, kMoeAlignClusterMinRoutes + 1, facts)};
 }
 
 ElementwiseConfig select_rowwise(int64_t row_elems) {

@@ -2,19 +2,25 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "heuristics/device_facts.hpp"
 
 namespace chordrt::heuristics {
 
 struct MoeAlignConfig {
-  int threads;  // one CTA; its per-warp count rows take 4 * (threads/32) * experts bytes of smem
+  int threads;  // per CTA; its per-warp count rows take 4 * (threads/32) * experts bytes of smem
+  int cluster;  // CTAs in the (single) cluster
 };
-// Largest expert count whose per-warp rows (32 warps) fit in the 227 KB of opt-in shared memory.
 inline constexpr int kMoeAlignMaxExperts = 1024;
-// The most warps (up to 32) whose count rows fit the device's opt-in shared memory: more warps keep
-// more route loads in flight from the one SM.
-MoeAlignConfig select_moe_align(int num_experts, const DeviceFacts& facts = {});
+// Above this many routes a cluster of 8 CTAs shares the work: one CTA is issue-bound at ~1.6 ns per route
+// (measured on the H200), while the cluster adds ~1 us of barriers and DSMEM reads.
+inline constexpr int64_t kMoeAlignClusterMinRoutes = 2048;
+// Threads: the most warps (up to 32) whose count rows fit the device's opt-in shared memory, so the most
+// route loads are in flight. Cluster: 8 above kMoeAlignClusterMinRoutes routes, else 1.
+MoeAlignConfig select_moe_align(int num_experts, int64_t num_routes, const DeviceFacts& facts = {});
+// Every config select_moe_align can return for this expert count (what prewarm must compile).
+std::vector<MoeAlignConfig> moe_align_configs(int num_experts, const DeviceFacts& facts = {});
 
 struct ElementwiseConfig {
   int vec;           // BF16 values per access (8 = 16 bytes)

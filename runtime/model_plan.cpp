@@ -102,7 +102,11 @@ std::vector<jit::Descriptor> plan_descriptors(const MoeModelShape& m, const Depl
   auto add = [&](const jit::Descriptor& d) {
     if (std::find(out.begin(), out.end(), d) == out.end()) out.push_back(d);
   };
-  for (int block : kAlignBlockSizes) add(ops::moe_align_descriptor(arch, m.num_experts, block, ep));
+  for (int block : kAlignBlockSizes) {
+    for (const auto& c : heuristics::moe_align_configs(m.num_experts)) {
+      add(ops::moe_align_descriptor(arch, m.num_experts, block, ep, c));
+    }
+  }
   add(ops::silu_and_mul_descriptor(arch, inter));
   add(ops::moe_combine_descriptor(arch, m.top_k, m.hidden, ep));
   return out;

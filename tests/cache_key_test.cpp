@@ -35,6 +35,7 @@ using chordrt::jit::FamilySchema;
 using chordrt::jit::KeyInputs;
 using chordrt::test::check_invalid_argument;
 using chordrt::test::error_of;
+using chordrt::test::kSingleCta;
 using chordrt::test::options_for;
 using chordrt::test::run_children_together;
 using chordrt::test::slurp;
@@ -133,8 +134,7 @@ TEST_CASE("JitRuntime::key_of is stable across calls, runtimes and processes", "
 
   SECTION("in a freshly exec'd process") {
     const fs::path out = dir.path() / "child-keys.txt";
-    pid_t pid = ::fork();
-    REQUIRE(pid >= 0);
+    const pid_t pid = ::fork();
     if (pid == 0) {
       ::setenv("CHORD_TEST_KEY_CHILD_OUT", out.c_str(), 1);
       ::setenv("CHORD_TEST_KEY_CHILD_DIR", (dir.path() / "exec").c_str(), 1);
@@ -142,6 +142,7 @@ TEST_CASE("JitRuntime::key_of is stable across calls, runtimes and processes", "
       ::execl("/proc/self/exe", "chordrt_tests", "cache key child process helper", static_cast<char*>(nullptr));
       ::_exit(5);
     }
+    REQUIRE(pid >= 0);  // in the parent only (see run_children_together)
     const int status = wait_for(pid);
     REQUIRE(WIFEXITED(status));
     REQUIRE(WEXITSTATUS(status) == 0);
@@ -178,13 +179,13 @@ TEST_CASE("key_of distinguishes distinct descriptors", "[key][runtime]") {
   JitRuntime rt(options_for(dir.path()));
   const Arch h{90, 'a'};
   std::vector<Descriptor> ds = {
-      chordrt::ops::moe_align_descriptor(h, 384, 16, true),
-      chordrt::ops::moe_align_descriptor(h, 384, 32, true),
-      chordrt::ops::moe_align_descriptor(h, 256, 16, true),
-      chordrt::ops::moe_align_descriptor(h, 384, 16, false),
-      chordrt::ops::moe_align_descriptor(h, 1024, 16, false),
-      chordrt::ops::moe_align_descriptor(Arch{100, 'a'}, 384, 16, true),
-      chordrt::ops::moe_align_descriptor(Arch{90, 0}, 384, 16, true),
+      chordrt::ops::moe_align_descriptor(h, 384, 16, true, kSingleCta),
+      chordrt::ops::moe_align_descriptor(h, 384, 32, true, kSingleCta),
+      chordrt::ops::moe_align_descriptor(h, 256, 16, true, kSingleCta),
+      chordrt::ops::moe_align_descriptor(h, 384, 16, false, kSingleCta),
+      chordrt::ops::moe_align_descriptor(h, 1024, 16, false, kSingleCta),
+      chordrt::ops::moe_align_descriptor(Arch{100, 'a'}, 384, 16, true, kSingleCta),
+      chordrt::ops::moe_align_descriptor(Arch{90, 0}, 384, 16, true, kSingleCta),
       chordrt::ops::silu_and_mul_descriptor(h, 2048),
       chordrt::ops::silu_and_mul_descriptor(h, 7),
       chordrt::ops::silu_and_mul_descriptor(h, 100),
@@ -199,7 +200,7 @@ TEST_CASE("key_of distinguishes distinct descriptors", "[key][runtime]") {
 }
 
 TEST_CASE("cache key changes with every input", "[key]") {
-  const Descriptor d = chordrt::ops::moe_align_descriptor(Arch{90, 'a'}, 384, 16, true);
+  const Descriptor d = chordrt::ops::moe_align_descriptor(Arch{90, 'a'}, 384, 16, true, kSingleCta);
   const KeyInputs base = inputs_for(d);
   const std::string base_key = chordrt::jit::compute_cache_key(base);
   auto key_with = [&](const std::function<void(KeyInputs&)>& change) {
@@ -306,12 +307,12 @@ TEST_CASE("canonical serialization and to_string formats", "[key]") {
         "6:family=11:test.family;4:arch=5:sm_80;5:alpha=13:1234567890123;1:b=1:0;");
   CHECK(chordrt::jit::to_string(plain) == "test.family[sm_80]{alpha=1234567890123,b=0}");
 
-  const Descriptor align = chordrt::ops::moe_align_descriptor(Arch{90, 'a'}, 384, 16, true);
+  const Descriptor align = chordrt::ops::moe_align_descriptor(Arch{90, 'a'}, 384, 16, true, kSingleCta);
   CHECK(chordrt::jit::to_string(align) ==
-        "glue.moe_align[sm_90a]{num_experts=384,block_size=16,has_expert_map=1,threads=1024}");
+        "glue.moe_align[sm_90a]{num_experts=384,block_size=16,has_expert_map=1,threads=1024,cluster=1}");
   CHECK(chordrt::jit::canonical_serialization(align) ==
         "6:family=14:glue.moe_align;4:arch=6:sm_90a;11:num_experts=3:384;10:block_size=2:16;"
-        "14:has_expert_map=1:1;7:threads=4:1024;");
+        "14:has_expert_map=1:1;7:threads=4:1024;7:cluster=1:1;");
 }
 
 TEST_CASE("Arch::parse accepts sm_XX[a] and XX[a] only", "[key]") {

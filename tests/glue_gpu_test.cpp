@@ -102,6 +102,10 @@ TEST_CASE("moe_align matches vLLM's contract", "[gpu][glue]") {
   check_align(4096, 8, 384, 32, Routing::kUniform, true, rng);   // Kimi EP8-style map
   check_align(2048, 8, 1024, 64, Routing::kUniform, true, rng);  // the 512-thread configuration
   check_align(0, 8, 384, 16, Routing::kUniform, false, rng);     // no tokens: only the padding contract
+  // Either side of the one-CTA / 8-CTA-cluster switch (2048 routes), and a cluster with few routes per warp.
+  check_align(256, 8, 384, 16, Routing::kUniform, true, rng);
+  check_align(2049, 1, 384, 16, Routing::kUniform, false, rng);
+  check_align(2049, 1, 7, 16, Routing::kOneHot, false, rng);
 }
 
 TEST_CASE("silu_and_mul matches an FP32 reference", "[gpu][glue]") {

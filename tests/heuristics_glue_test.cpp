@@ -1,4 +1,5 @@
 // Launch configurations of the glue kernels: pure functions, checked exhaustively over ranges.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <vector>
@@ -97,12 +98,14 @@ TEST_CASE("rowwise_grid: x covers the row, y the groups of rows_per_cta rows cap
   CHECK(rowwise_grid(8 * 65535 + 1, 256, short_rows).y == 65535);
 }
 
-TEST_CASE("select_moe_align: the most warps whose count rows fit the opt-in shared memory", "[heuristics]") {
+TEST_CASE("select_moe_align: the most warps that fit, a cluster of 8 above 2048 routes", "[heuristics]") {
+  using chordrt::heuristics::kMoeAlignClusterMinRoutes;
+  using chordrt::heuristics::moe_align_configs;
   const chordrt::heuristics::DeviceFacts h200;  // 227 KB opt-in
-  auto smem = [](int threads, int e) { return 4 * ((threads / 32) * e + 2 * e + 1 + threads / 32); };
+  auto smem = [](int threads, int e) { return 4 * ((threads / 32) * e + 4 * e + 1 + threads / 32); };
   for (int e = 1; e <= chordrt::heuristics::kMoeAlignMaxExperts; ++e) {
     INFO("experts " << e);
-    const int threads = select_moe_align(e, h200).threads;
+    const int threads = select_moe_align(e, 1, h200).threads;
     REQUIRE(threads == 1024);  // up to 1024 experts all 32 warps fit on an H200
     REQUIRE(smem(threads, e) <= h200.max_smem_per_block_optin);
   }
@@ -110,11 +113,25 @@ TEST_CASE("select_moe_align: the most warps whose count rows fit the opt-in shar
   small.max_smem_per_block_optin = 48 * 1024;  // a device without the opt-in carve-out
   for (int e : {100, 384, 1024}) {
     INFO("experts " << e);
-    const int threads = select_moe_align(e, small).threads;
+    const int threads = select_moe_align(e, 1, small).threads;
     REQUIRE(threads % 32 == 0);
     REQUIRE(threads >= 32);
     REQUIRE(smem(threads, e) <= small.max_smem_per_block_optin);
     if (threads < 1024) REQUIRE(smem(threads + 32, e) > small.max_smem_per_block_optin);  // the most that fit
   }
-  CHECK(select_moe_align(384, small).threads < 1024);
+  CHECK(select_moe_align(384, 1, small).threads < 1024);
+  // Cluster size from the route count; the thread count does not depend on it.
+  CHECK(select_moe_align(384, 0, h200).cluster == 1);
+  CHECK(select_moe_align(384, kMoeAlignClusterMinRoutes, h200).cluster == 1);
+  CHECK(select_moe_align(384, kMoeAlignClusterMinRoutes + 1, h200).cluster == 8);
+  CHECK(select_moe_align(384, int64_t{1} << 30, h200).cluster == 8);
+  CHECK(select_moe_align(384, int64_t{1} << 30, h200).threads == select_moe_align(384, 1, h200).threads);
+  // moe_align_configs lists exactly what dispatch can pick, so that prewarm covers it.
+  const auto configs = moe_align_configs(384, h200);
+  REQUIRE(configs.size() == 2);
+  for (int64_t routes : {int64_t{0}, int64_t{64}, int64_t{2048}, int64_t{2049}, int64_t{65536}}) {
+    const auto c = select_moe_align(384, routes, h200);
+    CHECK(std::any_of(configs.begin(), configs.end(),
+                      [&](const auto& k) { return k.threads == c.threads && k.cluster == c.cluster; }));
+  }
 }

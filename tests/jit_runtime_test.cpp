@@ -29,6 +29,7 @@ using chordrt::jit::DiskCache;
 using chordrt::test::entry_file;
 using chordrt::test::flip_byte;
 using chordrt::test::kHopper;
+using chordrt::test::kSingleCta;
 using chordrt::test::options_for;
 using chordrt::test::run_children_together;
 using chordrt::test::TempDir;
@@ -143,7 +144,7 @@ TEST_CASE("a corrupt cubin on disk is rebuilt", "[runtime]") {
 TEST_CASE("six processes compiling the same kernel at once compile it once", "[runtime][concurrency]") {
   TempDir t("runtime-test");
   const fs::path dir = t.path() / "shared";
-  const Descriptor d = chordrt::ops::moe_align_descriptor(kHopper, 256, 16, false);
+  const Descriptor d = chordrt::ops::moe_align_descriptor(kHopper, 256, 16, false, kSingleCta);
   if (thread_count() != 1) WARN("forking with " << thread_count() << " threads");
   const auto results = run_children_together(6, [&](int) {
     JitRuntime rt(options_for(dir));
@@ -163,7 +164,7 @@ TEST_CASE("six processes compiling the same kernel at once compile it once", "[r
 TEST_CASE("six processes compiling three kernels in different orders", "[runtime][concurrency]") {
   TempDir t("runtime-test");
   const fs::path dir = t.path() / "shared";
-  const std::vector<Descriptor> ds = {chordrt::ops::moe_align_descriptor(kHopper, 128, 32, true),
+  const std::vector<Descriptor> ds = {chordrt::ops::moe_align_descriptor(kHopper, 128, 32, true, kSingleCta),
                                       chordrt::ops::silu_and_mul_descriptor(kHopper, 1536),
                                       chordrt::ops::moe_combine_descriptor(kHopper, 6, 5120, true)};
   const int orders[6][3] = {{0, 1, 2}, {2, 1, 0}, {1, 0, 2}, {1, 2, 0}, {2, 0, 1}, {0, 2, 1}};

@@ -165,18 +165,20 @@ TEST_CASE("plan_descriptors for a tensor-parallel deployment", "[plan]") {
   const auto align = of_family(ds, "glue.moe_align");
   const auto silu = of_family(ds, "glue.silu_and_mul");
   const auto combine = of_family(ds, "glue.moe_combine");
-  CHECK(align.size() == 5);
+  CHECK(align.size() == 10);  // 5 block sizes x (one CTA, a cluster of 8)
   REQUIRE(silu.size() == 1);
   REQUIRE(combine.size() == 1);
-  CHECK(ds.size() == 7);
-  std::vector<int64_t> blocks;
+  CHECK(ds.size() == 12);
+  std::vector<int64_t> blocks, clusters;
   for (const auto& d : align) {
     CHECK(d.get("num_experts") == 384);
     CHECK(d.get("has_expert_map") == 0);
     CHECK(d.get("threads") == 1024);
     blocks.push_back(d.get("block_size"));
+    clusters.push_back(d.get("cluster"));
   }
-  CHECK(blocks == std::vector<int64_t>{8, 16, 32, 64, 128});
+  CHECK(blocks == std::vector<int64_t>{8, 8, 16, 16, 32, 32, 64, 64, 128, 128});
+  CHECK(clusters == std::vector<int64_t>{1, 8, 1, 8, 1, 8, 1, 8, 1, 8});
   // Under TP each GPU holds intermediate/TP columns: 2048/8 = 256.
   CHECK(silu[0] == chordrt::ops::silu_and_mul_descriptor(kHopper, 256));
   CHECK(combine[0] == chordrt::ops::moe_combine_descriptor(kHopper, 8, 7168, false));
@@ -214,9 +216,9 @@ TEST_CASE("plan_descriptors for an expert-parallel deployment", "[plan]") {
   const MoeModelShape ds_v3 = chordrt::resolve_model("deepseek-v3");
   const auto ds = chordrt::plan_descriptors(ds_v3, Deployment::parse("ep16"), kHopper);
   check_no_duplicates(ds);
-  CHECK(ds.size() == 7);
+  CHECK(ds.size() == 12);
   const auto align = of_family(ds, "glue.moe_align");
-  REQUIRE(align.size() == 5);
+  REQUIRE(align.size() == 10);
   for (const auto& d : align) {
     CHECK(d.get("has_expert_map") == 1);
     CHECK(d.get("num_experts") == 256);  // global expert ids, mapped to local ones

@@ -23,6 +23,7 @@ using chordrt::jit::Descriptor;
 using chordrt::test::check_invalid_argument;
 using chordrt::test::error_of;
 using chordrt::test::kHopper;
+using chordrt::test::kSingleCta;
 using chordrt::test::options_for;
 using chordrt::test::TempDir;
 using nlohmann::json;
@@ -144,7 +145,7 @@ TEST_CASE("descriptor JSON round trips for every example", "[nvrtc]") {
 }
 
 TEST_CASE("descriptor_from_json rejects malformed descriptors", "[nvrtc]") {
-  const Descriptor d = chordrt::ops::moe_align_descriptor(kHopper, 384, 16, true);
+  const Descriptor d = chordrt::ops::moe_align_descriptor(kHopper, 384, 16, true, kSingleCta);
   const json good = chordrt::descriptor_to_json(d);
   REQUIRE(chordrt::descriptor_from_json(good) == d);
 

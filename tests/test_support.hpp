@@ -24,12 +24,15 @@
 #include <vector>
 
 #include "chordrt/chordrt.hpp"
+#include "heuristics/glue.hpp"
 #include "jit_cache/descriptor.hpp"
 #include "runtime/jit_runtime.hpp"
 
 namespace chordrt::test {
 
 inline constexpr jit::Arch kHopper{90, 'a'};
+// The one-CTA moe_align configuration (what dispatch picks for up to 2048 routes on an H200).
+inline constexpr heuristics::MoeAlignConfig kSingleCta{1024, 1};
 
 // A fresh directory /tmp/chordrt-<prefix>-XXXXXX, removed with everything in it.
 class TempDir {
@@ -144,7 +147,7 @@ inline int wait_for(pid_t pid) {
 // Forks n children (before any thread exists in the calling test), holds them at a barrier (a pipe
 // whose write end the parent closes once all are forked, so they all see EOF together), runs body(i) in
 // each and returns what each produced, checking that each exited with status 0. A child that throws
-// reports "error: <what>".
+// reports "error: <what>"; body must not use Catch's assertions.
 inline std::vector<std::string> run_children_together(int n, const std::function<std::string(int)>& body) {
   int start[2];
   REQUIRE(::pipe(start) == 0);
@@ -153,8 +156,7 @@ inline std::vector<std::string> run_children_together(int n, const std::function
   for (int i = 0; i < n; ++i) {
     int out[2];
     REQUIRE(::pipe(out) == 0);
-    pid_t pid = ::fork();
-    REQUIRE(pid >= 0);
+    const pid_t pid = ::fork();
     if (pid == 0) {
       ::close(start[1]);
       ::close(out[0]);
@@ -172,6 +174,7 @@ inline std::vector<std::string> run_children_together(int n, const std::function
       if (!write_all(out[1], result)) code = 4;
       ::_exit(code);
     }
+    REQUIRE(pid >= 0);  // in the parent: a child must not report to Catch (its buffered output is shared)
     ::close(out[1]);
     pids.push_back(pid);
     outputs.push_back(out[0]);

@@ -194,7 +194,7 @@ GOOD_DESCRIPTORS = [
     {
         "family": "glue.moe_align",
         "arch": "sm_90a",
-        "fields": {"num_experts": 64, "block_size": 16, "has_expert_map": 0, "threads": 1024},
+        "fields": {"num_experts": 64, "block_size": 16, "has_expert_map": 0, "threads": 1024, "cluster": 1},
     },
 ]
 
@@ -237,7 +237,7 @@ def test_prewarm_rejects_an_invalid_descriptor_file(tmp_path):
     out_of_range = {
         "family": "glue.moe_align",
         "arch": "sm_90a",
-        "fields": {"num_experts": 4096, "block_size": 16, "has_expert_map": 0, "threads": 1024},
+        "fields": {"num_experts": 4096, "block_size": 16, "has_expert_map": 0, "threads": 1024, "cluster": 1},
     }
     unknown_family = {"family": "glue.no_such_family", "arch": "sm_90a", "fields": {}}
     for bad in (out_of_range, unknown_family, "not json"):

@@ -1,0 +1,35 @@
+// Thread-block clusters (sm_90): rank, barrier and distributed shared memory reads, as PTX (no
+// cooperative_groups header is available to NVRTC here).
+#pragma once
+
+#include "common/types.cuh"
+
+namespace chord {
+
+__device__ __forceinline__ uint32_t cluster_ctarank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+
+// All threads of all CTAs of the cluster; orders their shared-memory accesses around it.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  uint32_t a;
+  asm("{\n\t.reg .u64 t;\n\tcvta.to.shared.u64 t, %1;\n\tcvt.u32.u64 %0, t;\n\t}" : "=r"(a) : "l"(p));
+  return a;
+}
+
+// The int32 at the same shared-memory offset as `local`, in the CTA of rank `rank` of this cluster.
+__device__ __forceinline__ int32_t load_shared_remote(const int32_t* local, uint32_t rank) {
+  uint32_t remote;
+  int32_t v;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(shared_address(local)), "r"(rank));
+  asm volatile("ld.shared::cluster.s32 %0, [%1];" : "=r"(v) : "r"(remote) : "memory");
+  return v;
+}
+
+}  // namespace chord
