@@ -1,6 +1,6 @@
 # cmake -P helper: writes the table of embedded kernel sources declared in runtime/kernel_sources.hpp.
 string(REPLACE "|" ";" FILES "${FILES}")
-set(_body "// Generated from kernels_src/ by cmake/embed_kernels_script.cmake. Do not edit.\n")
+set(_body "// Generated from kernels_src/ by tools/cmake/embed_kernels_script.cmake. Do not edit.\n")
 string(APPEND _body "#include \"runtime/kernel_sources.hpp\"\n\nnamespace chordrt {\nnamespace {\n")
 set(_table "")
 set(_i 0)
