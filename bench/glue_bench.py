@@ -19,21 +19,24 @@ import chordrt
 L2_BYTES = 60 << 20
 
 
-def eager_time_us(calls, replays=20, rounds=5):
-    """Median µs per call, launched eagerly (for baselines that cannot be captured)."""
-    for c in calls:
-        c()
+def _median_us_per_call(run_all_once, calls_per_run, replays, rounds):
+    """Median over `rounds` of the event-timed µs per call of `replays` back-to-back run_all_once()."""
     samples = []
     for _ in range(rounds):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        run_all_once()
         start.record()
         for _ in range(replays):
-            for c in calls:
-                c()
+            run_all_once()
         end.record()
         torch.cuda.synchronize()
-        samples.append(start.elapsed_time(end) * 1000.0 / (replays * len(calls)))
+        samples.append(start.elapsed_time(end) * 1000.0 / (replays * calls_per_run))
     return statistics.median(samples)
+
+
+def eager_time_us(calls, replays=20, rounds=5):
+    """Median µs per call, launched eagerly (for baselines that cannot be captured)."""
+    return _median_us_per_call(lambda: [c() for c in calls], len(calls), replays, rounds)
 
 
 def graph_time_us(calls, replays=20, rounds=5):
@@ -47,17 +50,7 @@ def graph_time_us(calls, replays=20, rounds=5):
     with torch.cuda.graph(graph, stream=stream):
         for c in calls:
             c()
-    samples = []
-    for _ in range(rounds):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        graph.replay()
-        start.record()
-        for _ in range(replays):
-            graph.replay()
-        end.record()
-        torch.cuda.synchronize()
-        samples.append(start.elapsed_time(end) * 1000.0 / (replays * len(calls)))
-    return statistics.median(samples)
+    return _median_us_per_call(graph.replay, len(calls), replays, rounds)
 
 
 @triton.jit
