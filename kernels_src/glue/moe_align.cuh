@@ -26,7 +26,7 @@ __host__ __device__ constexpr uint32_t moe_align_smem_bytes() {
 }
 
 // Routes a lane loads ahead in one go, so a warp has that many loads in flight per trip to memory.
-constexpr int kMoeAlignLoadsInFlight = 8;
+constexpr int kMoeAlignLoadsInFlight = 4;
 
 template <int NUM_EXPERTS, int BLOCK_SIZE, bool HAS_EXPERT_MAP, int THREADS, int CLUSTER>
 __global__ void __launch_bounds__(THREADS)
