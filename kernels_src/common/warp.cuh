@@ -30,7 +30,8 @@ __host__ __device__ constexpr int bit_width(int v) {
 
 // The lanes whose key equals this lane's (keys < 2^BITS), from BITS ballots. Same result as
 // __match_any_sync, but a fixed ~2*BITS instructions: match.any's cost grows with the number of distinct
-// keys and made a 32-distinct-expert step cost ~4K cycles on the H200.
+// keys; swapping it for this took moe_align from 143 to 105 us at 65536 routes on the H200 (~600 cycles
+// saved per 32-route step with ~30 distinct experts).
 template <int BITS>
 __device__ __forceinline__ uint32_t match_any_by_ballot(uint32_t key) {
   uint32_t same = 0xffffffffu;
