@@ -79,4 +79,29 @@ const DriverApi& require_driver();
 // Throws Error(CUDA) "<what>: <CUDA error name>: <description>" when result != CUDA_SUCCESS.
 void check_cuda(CUresult result, const char* what);
 
+// Makes ctx current for the scope (pushes it only if it is not current already; pops on exit).
+class ScopedContext {
+ public:
+  ScopedContext(const DriverApi& api, CUcontext ctx) : api_(api) {
+    CUcontext current = nullptr;
+    api_.cuCtxGetCurrent(&current);
+    if (current != ctx) {
+      check_cuda(api_.cuCtxPushCurrent(ctx), "cuCtxPushCurrent");
+      pushed_ = true;
+    }
+  }
+  ~ScopedContext() {
+    if (pushed_) {
+      CUcontext popped = nullptr;
+      api_.cuCtxPopCurrent(&popped);
+    }
+  }
+  ScopedContext(const ScopedContext&) = delete;
+  ScopedContext& operator=(const ScopedContext&) = delete;
+
+ private:
+  const DriverApi& api_;
+  bool pushed_ = false;
+};
+
 }  // namespace chordrt

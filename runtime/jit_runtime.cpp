@@ -51,9 +51,10 @@ JitRuntime& JitRuntime::global() {
   return *instance;
 }
 
-std::string JitRuntime::key_of(const jit::Descriptor& d) const {
+std::string JitRuntime::key_of(const jit::Descriptor& d) const { return key_of(d, family_of(d).program(d)); }
+
+std::string JitRuntime::key_of(const jit::Descriptor& d, const KernelProgram& program) const {
   const Nvrtc& nvrtc = Nvrtc::get();
-  const KernelProgram program = family_of(d).program(d);
   jit::KeyInputs in;
   in.canonical_descriptor = jit::canonical_serialization(d);
   in.nvrtc_major = nvrtc.major();
@@ -79,7 +80,8 @@ void JitRuntime::record_miss(const jit::Descriptor& d, const char* reason) {
 
 std::shared_ptr<const jit::CacheEntry> JitRuntime::image(const jit::Descriptor& d, bool runtime_miss,
                                                          EnsureResult* result) {
-  const std::string key = key_of(d);
+  const KernelProgram program = family_of(d).program(d);
+  const std::string key = key_of(d, program);
   if (result) result->key = key;
   {
     std::lock_guard lock(images_mutex_);
@@ -116,7 +118,6 @@ std::shared_ptr<const jit::CacheEntry> JitRuntime::image(const jit::Descriptor& 
     ++disk_hits_;
     return publish(std::move(loaded.entry), ImageSource::kDisk);
   }
-  const KernelProgram program = family_of(d).program(d);
   const std::string descriptor_text = jit::to_string(d);
   const Nvrtc& nvrtc = Nvrtc::get();
   std::vector<std::pair<std::string_view, std::string_view>> headers;
@@ -151,33 +152,6 @@ EnsureResult JitRuntime::ensure_compiled(const jit::Descriptor& d) {
   image(d, /*runtime_miss=*/false, &result);
   return result;
 }
-
-namespace {
-
-// Pushes ctx for the scope if it is not current already.
-class ScopedContext {
- public:
-  ScopedContext(const DriverApi& api, CUcontext ctx) : api_(api) {
-    CUcontext current = nullptr;
-    api_.cuCtxGetCurrent(&current);
-    if (current != ctx) {
-      check_cuda(api_.cuCtxPushCurrent(ctx), "cuCtxPushCurrent");
-      pushed_ = true;
-    }
-  }
-  ~ScopedContext() {
-    if (pushed_) {
-      CUcontext popped = nullptr;
-      api_.cuCtxPopCurrent(&popped);
-    }
-  }
-
- private:
-  const DriverApi& api_;
-  bool pushed_ = false;
-};
-
-}  // namespace
 
 const ContextState& JitRuntime::context_for(CUstream stream) {
   const DriverApi& api = require_driver();

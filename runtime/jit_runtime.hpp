@@ -16,6 +16,7 @@
 #include "heuristics/device_facts.hpp"
 #include "jit_cache/descriptor.hpp"
 #include "jit_cache/disk_cache.hpp"
+#include "runtime/kernel_registry.hpp"
 
 namespace chordrt {
 
@@ -90,6 +91,7 @@ class JitRuntime {
     size_t operator()(const MemoKey& k) const noexcept;
   };
 
+  std::string key_of(const jit::Descriptor& d, const KernelProgram& program) const;
   // cubin + metadata for d: in-memory images, then disk layers, then NVRTC.
   std::shared_ptr<const jit::CacheEntry> image(const jit::Descriptor& d, bool runtime_miss, EnsureResult* result);
   void record_miss(const jit::Descriptor& d, const char* reason);

@@ -24,13 +24,8 @@ void launch(const ContextState& ctx, const LoadedKernel& kernel, LaunchGrid grid
     config.attrs = attr;
     config.numAttrs = 1;
   }
-  CUcontext current = nullptr;
-  api.cuCtxGetCurrent(&current);
-  const bool push = current != ctx.context;
-  if (push) check_cuda(api.cuCtxPushCurrent(ctx.context), "cuCtxPushCurrent");
-  CUresult r = api.cuLaunchKernelEx(&config, kernel.function, args, nullptr);
-  if (push) api.cuCtxPopCurrent(&current);
-  check_cuda(r, "cuLaunchKernelEx");
+  ScopedContext scope(api, ctx.context);
+  check_cuda(api.cuLaunchKernelEx(&config, kernel.function, args, nullptr), "cuLaunchKernelEx");
 }
 
 }  // namespace chordrt
