@@ -2,6 +2,7 @@
 
 #include "runtime/error.hpp"
 #include "runtime/ops/glue.hpp"
+#include "runtime/ops/warp_decode.hpp"
 
 namespace chordrt {
 
@@ -9,7 +10,8 @@ std::string KernelProgram::source() const { return fmt::format("#include \"{}\"\
 
 std::span<const KernelFamily* const> kernel_families() {
   static const KernelFamily* const kFamilies[] = {&ops::kMoeAlignFamily, &ops::kSiluAndMulFamily,
-                                                  &ops::kMoeCombineFamily};
+                                                  &ops::kMoeCombineFamily, &ops::kWarpDecodeGateUpFamily,
+                                                  &ops::kWarpDecodeDownFamily};
   return kFamilies;
 }
 

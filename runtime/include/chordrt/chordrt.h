@@ -122,6 +122,46 @@ CHORD_API chord_status_t chord_moe_combine(const void* expert_rows, const float*
                                            int64_t num_tokens, int32_t top_k, int64_t hidden,
                                            const chord_moe_combine_options_t* options, CUstream stream);
 
+/* ---- Warp decode MoE ------------------------------------------------------------------------------- */
+typedef enum chord_weight_format {
+  /* compressed-tensors pack-quantized (the Kimi K2 checkpoint as stored): int32 [E, N, K/8], 8 nibbles
+   * per word least significant first along K, value = (nibble - 8) * scale; BF16 scales [E, N, K/32]. */
+  CHORD_WEIGHT_INT4_GROUP32 = 0,
+  /* OCP MXFP8: E4M3 bytes [E, N, K]; E8M0 scale bytes [E, N, K/32], scale = 2^(byte - 127). */
+  CHORD_WEIGHT_MXFP8 = 1
+} chord_weight_format_t;
+
+/* Bytes of the BF16 intermediate [num_tokens*top_k, intermediate] warp decode writes between its two
+ * kernels (the caller owns it, so the call allocates nothing and is graph-capturable). */
+CHORD_API size_t chord_warp_decode_moe_workspace_size(int64_t num_tokens, int32_t top_k, int32_t intermediate);
+
+typedef struct chord_warp_decode_moe_args {
+  size_t struct_size;
+  chord_weight_format_t format;
+  int64_t num_tokens;   /* M, 0..128 */
+  int32_t hidden;       /* H, a multiple of 32 */
+  int32_t intermediate; /* I on this GPU, a multiple of 32 */
+  int32_t num_experts;  /* local experts E: the weights' leading dimension */
+  int32_t top_k;        /* 1..32 */
+  const void* x;               /* [M, H] BF16, 16-byte aligned */
+  const int32_t* topk_ids;     /* [M, top_k]; ids outside [0, E) (or unmapped) contribute nothing */
+  const float* topk_weights;   /* [M, top_k] */
+  const void* w13;             /* gate rows then up rows: [E, 2I, H] in `format`, 16-byte aligned */
+  const void* w13_scale;
+  const void* w2;              /* [E, H, I] */
+  const void* w2_scale;
+  const int32_t* expert_map;   /* optional [num_global_experts]: global id -> local id, -1 = elsewhere */
+  int32_t num_global_experts;  /* with expert_map: how many ids topk_ids may hold */
+  void* workspace;             /* >= chord_warp_decode_moe_workspace_size() bytes, 16-byte aligned */
+  size_t workspace_bytes;
+  void* output;                /* [M, H] BF16: sum_j w[t, j] * down_e(silu(gate_e x) * up_e x) over local experts */
+} chord_warp_decode_moe_args_t;
+
+/* A whole MoE expert block for a decode batch in two kernels: gate/up (each weight row read once for all
+ * routes of its expert, SiLU(gate)*up written once per route) and down (each token's top-k contributions
+ * summed in FP32 with the routing weights folded in, written once). No moe_align, padding or combine. */
+CHORD_API chord_status_t chord_warp_decode_moe(const chord_warp_decode_moe_args_t* args, CUstream stream);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -1,0 +1,60 @@
+// Launch configuration of the warp-decode MoE kernels (gate/up and down), pure functions of the shape,
+// the token count and the device.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "heuristics/device_facts.hpp"
+
+namespace chordrt::heuristics {
+
+enum class WeightFormat : int { kInt4Group32 = 0, kMxfp8 = 1 };
+
+struct WarpDecodeShape {
+  WeightFormat format = WeightFormat::kInt4Group32;
+  int hidden = 0;          // H: gate/up K, down N
+  int intermediate = 0;    // I per GPU: gate/up N (each of gate and up), down K
+  int experts = 0;         // local experts (the weights' leading dimension)
+  int global_experts = 0;  // ids topk_ids may hold; == experts without an expert map
+  int top_k = 0;
+  bool has_map = false;
+};
+
+inline constexpr int kWarpDecodeMaxTokens = 128;
+inline constexpr int kWarpDecodeMaxTopK = 32;
+inline constexpr int kWarpDecodeMaxExperts = 1024;
+
+// Token capacity the kernels are specialized for: the power of two >= tokens, at least 8.
+int warp_decode_token_bucket(int64_t tokens);
+// Local experts with at least one route when each token picks top_k distinct of global_experts
+// uniformly: experts * (1 - (1 - top_k / global_experts)^tokens).
+double expected_active_experts(const WarpDecodeShape& s, int64_t tokens);
+
+struct WarpDecodeGateUpConfig {
+  int max_tokens;  // token bucket (route table capacity = max_tokens * top_k)
+  int k_split;     // warps per CTA, splitting H
+  int n_tiles;     // 8-route MMA column tiles held per pass over the weights
+  int unroll;      // groups of 32 whose loads one lane issues before their math
+};
+struct WarpDecodeDownConfig {
+  int max_tokens;
+  int warps;     // per CTA (16 output rows)
+  int k_chunks;  // I split into this many work items per expert, so few experts still fill the warps
+  int n_tiles;
+  int unroll;
+};
+
+// Gate/up: a CTA per (8 neurons, active expert), 8 warps over H so that even one token's 8 experts give
+// thousands of warps; the widest unroll (4) that divides the groups.
+WarpDecodeGateUpConfig select_warp_decode_gate_up(const WarpDecodeShape& s, int64_t tokens,
+                                                  const DeviceFacts& facts = {});
+// Down: a CTA per 16 output rows, 8 warps; K chunks so that (expected active experts x chunks) gives
+// every warp an item.
+WarpDecodeDownConfig select_warp_decode_down(const WarpDecodeShape& s, int64_t tokens, const DeviceFacts& facts = {});
+// Shared memory the down kernel's per-warp accumulators take (dynamic).
+int warp_decode_down_dynamic_smem(const WarpDecodeDownConfig& c);
+// Every token count the path serves (1..kWarpDecodeMaxTokens): a prewarm compiles their distinct configs.
+std::vector<int64_t> warp_decode_prewarm_tokens();
+
+}  // namespace chordrt::heuristics

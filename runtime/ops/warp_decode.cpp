@@ -1,0 +1,177 @@
+// warp_decode_moe: validate -> descriptors (gate/up, down) -> kernels -> two launches.
+#include "runtime/ops/warp_decode.hpp"
+
+#include "runtime/jit_runtime.hpp"
+#include "runtime/launch.hpp"
+#include "runtime/ops/validate.hpp"
+
+namespace chordrt::ops {
+
+namespace {
+
+using heuristics::WarpDecodeShape;
+using heuristics::WeightFormat;
+
+constexpr std::string_view kGateUpFields[] = {"format", "hidden",  "intermediate", "experts", "top_k",
+                                              "max_tokens", "k_split", "n_tiles", "unroll", "has_map"};
+constexpr jit::FamilySchema kGateUpSchema{"warp_decode.gate_up", kGateUpFields};
+constexpr std::string_view kDownFields[] = {"format", "hidden",   "intermediate", "experts", "top_k",  "max_tokens",
+                                            "warps",  "k_chunks", "n_tiles",      "unroll",  "has_map"};
+constexpr jit::FamilySchema kDownSchema{"warp_decode.down", kDownFields};
+
+bool power_of_two_in(int64_t v, int64_t lo, int64_t hi) { return v >= lo && v <= hi && (v & (v - 1)) == 0; }
+
+// The ranges both kernels' templates accept; the splits are checked by each program().
+void check_common(const jit::Descriptor& d) {
+  const int64_t format = d[0], hidden = d[1], inter = d[2], experts = d[3], top_k = d[4], max_tokens = d[5];
+  const int64_t has_map = d[d.schema->fields.size() - 1];
+  if ((format != 0 && format != 1) || hidden < 32 || hidden % 32 != 0 || hidden > (1 << 20) || inter < 32 ||
+      inter % 32 != 0 || inter > (1 << 20) || experts < 1 || experts > heuristics::kWarpDecodeMaxExperts ||
+      top_k < 1 || top_k > heuristics::kWarpDecodeMaxTopK ||
+      !power_of_two_in(max_tokens, 8, heuristics::kWarpDecodeMaxTokens) || (has_map != 0 && has_map != 1)) {
+    throw_error(CHORD_ERROR_INVALID_ARGUMENT, "{}: values out of the kernel's range", jit::to_string(d));
+  }
+}
+
+KernelProgram gate_up_program(const jit::Descriptor& d) {
+  check_common(d);
+  const int64_t k_split = d[6], n_tiles = d[7], unroll = d[8];
+  const int64_t groups = d[1] / 32;
+  if (!power_of_two_in(k_split, 1, 16) || n_tiles < 1 || n_tiles > 4 || !power_of_two_in(unroll, 1, 8) ||
+      groups % (k_split * unroll) != 0) {
+    throw_error(CHORD_ERROR_INVALID_ARGUMENT, "{}: k_split * unroll must divide hidden / 32, n_tiles in [1, 4]",
+                jit::to_string(d));
+  }
+  KernelProgram p;
+  p.header = "warp_decode/gate_up.cuh";
+  p.name_expression = fmt::format("chord::warp_decode::gate_up_kernel<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}>", d[0],
+                                  d[1], d[2], d[3], d[4], d[5], k_split, n_tiles, unroll, d[9] ? "true" : "false");
+  p.threads = static_cast<uint32_t>(32 * k_split);
+  return p;
+}
+
+KernelProgram down_program(const jit::Descriptor& d) {
+  check_common(d);
+  const int64_t warps = d[6], k_chunks = d[7], n_tiles = d[8], unroll = d[9];
+  const int64_t groups = d[2] / 32;
+  if (!power_of_two_in(warps, 1, 16) || k_chunks < 1 || n_tiles < 1 || n_tiles > 4 || !power_of_two_in(unroll, 1, 8) ||
+      groups % (k_chunks * unroll) != 0) {
+    throw_error(CHORD_ERROR_INVALID_ARGUMENT, "{}: k_chunks * unroll must divide intermediate / 32, n_tiles in [1, 4]",
+                jit::to_string(d));
+  }
+  KernelProgram p;
+  p.header = "warp_decode/down.cuh";
+  p.name_expression = fmt::format("chord::warp_decode::down_kernel<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>", d[0],
+                                  d[1], d[2], d[3], d[4], d[5], warps, k_chunks, n_tiles, unroll,
+                                  d[10] ? "true" : "false");
+  p.threads = static_cast<uint32_t>(32 * warps);
+  p.dynamic_smem = static_cast<uint32_t>(heuristics::warp_decode_down_dynamic_smem(
+      {static_cast<int>(d[5]), static_cast<int>(warps), static_cast<int>(k_chunks), static_cast<int>(n_tiles),
+       static_cast<int>(unroll)}));
+  return p;
+}
+
+// Kimi K2 TP8 INT4 at one token, and a small MXFP8 shape with an expert map and the largest bucket.
+const WarpDecodeShape kExampleInt4{WeightFormat::kInt4Group32, 7168, 256, 384, 384, 8, false};
+const WarpDecodeShape kExampleMxfp8{WeightFormat::kMxfp8, 2048, 96, 16, 128, 8, true};
+
+std::vector<jit::Descriptor> gate_up_examples(jit::Arch arch) {
+  return {warp_decode_gate_up_descriptor(arch, kExampleInt4, heuristics::select_warp_decode_gate_up(kExampleInt4, 1)),
+          warp_decode_gate_up_descriptor(arch, kExampleMxfp8,
+                                         heuristics::select_warp_decode_gate_up(kExampleMxfp8, 128))};
+}
+
+std::vector<jit::Descriptor> down_examples(jit::Arch arch) {
+  return {warp_decode_down_descriptor(arch, kExampleInt4, heuristics::select_warp_decode_down(kExampleInt4, 1)),
+          warp_decode_down_descriptor(arch, kExampleMxfp8, heuristics::select_warp_decode_down(kExampleMxfp8, 128))};
+}
+
+}  // namespace
+
+const KernelFamily kWarpDecodeGateUpFamily{kGateUpSchema, gate_up_program, gate_up_examples};
+const KernelFamily kWarpDecodeDownFamily{kDownSchema, down_program, down_examples};
+
+jit::Descriptor warp_decode_gate_up_descriptor(jit::Arch arch, const WarpDecodeShape& s,
+                                               const heuristics::WarpDecodeGateUpConfig& c) {
+  return jit::Descriptor(kGateUpSchema, arch,
+                         {static_cast<int64_t>(s.format), s.hidden, s.intermediate, s.experts, s.top_k, c.max_tokens,
+                          c.k_split, c.n_tiles, c.unroll, s.has_map ? 1 : 0});
+}
+
+jit::Descriptor warp_decode_down_descriptor(jit::Arch arch, const WarpDecodeShape& s,
+                                            const heuristics::WarpDecodeDownConfig& c) {
+  return jit::Descriptor(kDownSchema, arch,
+                         {static_cast<int64_t>(s.format), s.hidden, s.intermediate, s.experts, s.top_k, c.max_tokens,
+                          c.warps, c.k_chunks, c.n_tiles, c.unroll, s.has_map ? 1 : 0});
+}
+
+}  // namespace chordrt::ops
+
+namespace chordrt {
+
+size_t warp_decode_moe_workspace_size(int64_t num_tokens, int32_t top_k, int32_t intermediate) {
+  if (num_tokens <= 0 || top_k <= 0 || intermediate <= 0) return 0;
+  return static_cast<size_t>(num_tokens) * static_cast<size_t>(top_k) * static_cast<size_t>(intermediate) * 2;
+}
+
+void warp_decode_moe(const WarpDecodeMoeArgs& a, CUstream stream) {
+  constexpr const char* op = "warp_decode_moe";
+  using heuristics::WarpDecodeShape;
+  if (a.format != CHORD_WEIGHT_INT4_GROUP32 && a.format != CHORD_WEIGHT_MXFP8) {
+    throw_error(CHORD_ERROR_INVALID_ARGUMENT, "{}: unknown weight format {}", op, static_cast<int>(a.format));
+  }
+  ops::require_range(a.num_tokens, 0, heuristics::kWarpDecodeMaxTokens, op, "num_tokens");
+  ops::require_range(a.hidden, 32, 1 << 20, op, "hidden");
+  ops::require_range(a.intermediate, 32, 1 << 20, op, "intermediate");
+  if (a.hidden % 32 != 0 || a.intermediate % 32 != 0) {
+    throw_error(CHORD_ERROR_INVALID_ARGUMENT,
+                "{}: hidden and intermediate must be multiples of the group size 32, got {} and {}", op, a.hidden,
+                a.intermediate);
+  }
+  ops::require_range(a.num_experts, 1, heuristics::kWarpDecodeMaxExperts, op, "num_experts");
+  ops::require_range(a.top_k, 1, heuristics::kWarpDecodeMaxTopK, op, "top_k");
+  if (a.expert_map) ops::require_range(a.num_global_experts, 1, INT32_MAX, op, "num_global_experts");
+  if (a.num_tokens == 0) return;  // nothing is read or written
+  ops::require_pointer(a.x, op, "x", 16);
+  ops::require_pointer(a.topk_ids, op, "topk_ids", 4);
+  ops::require_pointer(a.topk_weights, op, "topk_weights", 4);
+  ops::require_pointer(a.w13, op, "w13", 16);
+  ops::require_pointer(a.w2, op, "w2", 16);
+  const unsigned scale_align = a.format == CHORD_WEIGHT_INT4_GROUP32 ? 2 : 1;
+  ops::require_pointer(a.w13_scale, op, "w13_scale", scale_align);
+  ops::require_pointer(a.w2_scale, op, "w2_scale", scale_align);
+  if (a.expert_map) ops::require_pointer(a.expert_map, op, "expert_map", 4);
+  ops::require_pointer(a.workspace, op, "workspace", 16);
+  ops::require_pointer(a.output, op, "output", 16);
+  const size_t need = warp_decode_moe_workspace_size(a.num_tokens, a.top_k, a.intermediate);
+  if (a.workspace_bytes < need) {
+    throw_error(CHORD_ERROR_INVALID_ARGUMENT, "{}: workspace must hold [num_tokens*top_k, intermediate] BF16 = {} bytes, got {}",
+                op, need, a.workspace_bytes);
+  }
+
+  const WarpDecodeShape s{static_cast<heuristics::WeightFormat>(a.format),
+                          a.hidden,
+                          a.intermediate,
+                          a.num_experts,
+                          a.expert_map ? a.num_global_experts : a.num_experts,
+                          a.top_k,
+                          a.expert_map != nullptr};
+  JitRuntime& rt = JitRuntime::global();
+  const ContextState& ctx = rt.context_for(stream);
+  const auto gu = heuristics::select_warp_decode_gate_up(s, a.num_tokens, ctx.facts);
+  const auto dn = heuristics::select_warp_decode_down(s, a.num_tokens, ctx.facts);
+  const LoadedKernel& gate_up = rt.kernel(ops::warp_decode_gate_up_descriptor(ctx.facts.arch, s, gu), ctx, stream);
+  const LoadedKernel& down = rt.kernel(ops::warp_decode_down_descriptor(ctx.facts.arch, s, dn), ctx, stream);
+
+  const int32_t tokens = static_cast<int32_t>(a.num_tokens);
+  const int32_t global = s.global_experts;
+  const int64_t slots = std::min<int64_t>(a.num_tokens * a.top_k, a.num_experts);
+  const void* gate_up_args[] = {&a.x, &a.topk_ids, &a.expert_map, &global, &tokens, &a.w13, &a.w13_scale, &a.workspace};
+  launch(ctx, gate_up, {static_cast<uint32_t>(a.intermediate / 8), static_cast<uint32_t>(slots), 1}, stream,
+         const_cast<void**>(gate_up_args));
+  const void* down_args[] = {&a.workspace, &a.topk_weights, &a.topk_ids, &a.expert_map, &global,
+                             &tokens,      &a.w2,           &a.w2_scale, &a.output};
+  launch(ctx, down, {static_cast<uint32_t>(a.hidden / 16), 1, 1}, stream, const_cast<void**>(down_args));
+}
+
+}  // namespace chordrt
