@@ -2,6 +2,8 @@
 # The one GPU run: Release build (with .deps/root headers when the system has none), the [gpu] Catch2
 # tests, the GPU pytest cases, the benchmarks; full logs and JSON under OUTDIR, a short table last.
 # Usage: tools/gpu_run.sh OUTDIR   (on the lent H200: tools/gpu_run.sh "$OUT", carrying .deps/root)
+#   CHORD_GPU_SKIP="glue_bench pytest ..." skips the named steps; CHORD_BENCH_ARGS is passed to the
+#   warp-decode bench (e.g. "--quick"), CHORD_PYTEST_ARGS replaces the pytest selection (tests/python).
 set -uo pipefail
 out=${1:?usage: tools/gpu_run.sh OUTDIR}
 mkdir -p "$out"
@@ -12,6 +14,7 @@ export CHORD_CACHE_DIR=${CHORD_CACHE_DIR:-$PWD/$build/gpu-cache}
 status=0
 step() {  # step NAME CMD...: runs CMD, logs to OUTDIR/NAME.log, records pass/fail
   local name=$1; shift
+  case " ${CHORD_GPU_SKIP:-} " in *" $name "*) return;; esac
   local t0=$SECONDS
   if "$@" >"$out/$name.log" 2>&1; then r=ok; else r=FAIL; status=1; fi
   printf '%-14s %-5s %4ss\n' "$name" "$r" "$((SECONDS - t0))" >>"$out/summary.txt"
@@ -24,15 +27,18 @@ step build cmake --build "$build" -j "$(nproc)"
 step gpu_tests "$build/tests/chordrt_tests" "[gpu]" --reporter compact --durations yes
 step cpu_tests "$build/tests/chordrt_tests" "~[gpu]" --reporter compact
 step pytest env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" CHORD_JIT="$PWD/$build/chord-jit" \
-  PYTHONPATH="$PWD/tools/python" python3 -m pytest -q tests/python -rs
+  PYTHONPATH="$PWD/tools/python" python3 -m pytest -q ${CHORD_PYTEST_ARGS:-tests/python} -rs
 step host_bench "$build/bench/chord_host_bench" --json "$out/host_bench.json"
 if [ -f bench/glue_bench.py ]; then
   step glue_bench env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPATH="$PWD/tools/python" \
     python3 bench/glue_bench.py --json "$out/glue_bench.json"
 fi
+step warp_decode_bench env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPATH="$PWD/tools/python" \
+  python3 bench/warp_decode_bench.py --json "$out/warp_decode_bench.json" ${CHORD_BENCH_ARGS:-}
 echo
 echo "== GPU: $(sed -n 2p "$out/gpu.txt")"
 cat "$out/summary.txt"
 [ -f "$out/host_bench.log" ] && cat "$out/host_bench.log"
 [ -f "$out/glue_bench.log" ] && tail -n 40 "$out/glue_bench.log"
+[ -f "$out/warp_decode_bench.log" ] && tail -n 50 "$out/warp_decode_bench.log"
 exit $status

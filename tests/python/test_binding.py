@@ -166,6 +166,8 @@ def test_every_header_function_is_declared(chord, header_text):
             assert restype is ctypes.c_int, name
         elif ret == "int64_t":
             assert restype is ctypes.c_int64, name
+        elif ret == "size_t":
+            assert restype is ctypes.c_size_t, name
         elif ret == "int":
             assert restype is ctypes.c_int, name
         elif ret == "const char*":

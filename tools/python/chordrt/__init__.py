@@ -22,6 +22,8 @@ from ._api import (
     runtime_info,
     silu_and_mul,
     version,
+    warp_decode_moe,
+    warp_decode_moe_workspace_size,
 )
 from ._lib import (
     ABI_VERSION,
@@ -35,6 +37,8 @@ from ._lib import (
     PrewarmSummary,
     RuntimeInfo,
     Status,
+    WarpDecodeMoeArgs,
+    WeightFormat,
     last_error,
     lib,
     library_candidates,
@@ -54,6 +58,8 @@ __all__ = [
     "PrewarmSummary",
     "RuntimeInfo",
     "Status",
+    "WarpDecodeMoeArgs",
+    "WeightFormat",
     "abi_version",
     "last_error",
     "lib",
@@ -68,4 +74,6 @@ __all__ = [
     "silu_and_mul",
     "status_string",
     "version",
+    "warp_decode_moe",
+    "warp_decode_moe_workspace_size",
 ]

@@ -17,6 +17,8 @@ from ._lib import (
     MoeAlignOptions,
     MoeCombineOptions,
     PrewarmSummary,
+    WarpDecodeMoeArgs,
+    WeightFormat,
     RuntimeInfo,
     Status,
     check,
@@ -33,6 +35,8 @@ __all__ = [
     "moe_align",
     "silu_and_mul",
     "moe_combine",
+    "warp_decode_moe_workspace_size",
+    "warp_decode_moe",
 ]
 
 # ---- runtime ---------------------------------------------------------------------------------------
@@ -466,6 +470,150 @@ def moe_combine(
             num_tokens=t,
             top_k=k,
             hidden=h,
+            stream=call.stream(),
+        )
+    return output
+
+
+# ---- warp decode MoE --------------------------------------------------------------------------------
+
+
+def warp_decode_moe_workspace_size(num_tokens: int, top_k: int, intermediate: int) -> int:
+    """chord_warp_decode_moe_workspace_size(): bytes of the BF16 [num_tokens*top_k, intermediate] intermediate."""
+    return int(lib().chord_warp_decode_moe_workspace_size(num_tokens, top_k, intermediate))
+
+
+def warp_decode_moe(
+    x,
+    topk_ids,
+    topk_weights,
+    w13,
+    w13_scale,
+    w2,
+    w2_scale,
+    *,
+    expert_map=None,
+    num_global_experts: Optional[int] = None,
+    workspace=None,
+    output=None,
+    weight_format=None,
+    num_tokens: Optional[int] = None,
+    hidden: Optional[int] = None,
+    intermediate: Optional[int] = None,
+    num_experts: Optional[int] = None,
+    top_k: Optional[int] = None,
+    workspace_bytes: Optional[int] = None,
+    stream=None,
+):
+    """chord_warp_decode_moe(): the whole MoE expert block of a decode batch (gate/up, SiLU*up, down, top-k sum).
+
+    torch: x bf16 [M, H]; topk_ids int32 [M, top_k]; topk_weights float32 [M, top_k]. INT4 group-32
+    (checkpoint layout): w13 int32 [E, 2I, H/8] (gate rows then up rows), w13_scale bf16 [E, 2I, H/32],
+    w2 int32 [E, H, I/8], w2_scale bf16 [E, H, I/32]. MXFP8: w13 uint8 / float8_e4m3fn [E, 2I, H],
+    w13_scale uint8 (E8M0) [E, 2I, H/32], w2 [E, H, I], w2_scale uint8 [E, H, I/32]. The format follows
+    w13's dtype. expert_map int32 [num_global_experts] (global id -> local id, -1 = not here) makes the
+    output this GPU's partial sum. workspace (uint8, >= warp_decode_moe_workspace_size bytes) and output
+    (bf16 [M, H]) are allocated when not given; output is returned.
+    Raw pointers: weight_format (WeightFormat), num_tokens, hidden, intermediate, num_experts, top_k,
+    workspace and workspace_bytes must be given (num_global_experts with a map); returns None.
+    """
+    op = "warp_decode_moe"
+    torch = _torch_module_of(x, topk_ids, topk_weights, w13, w13_scale, w2, w2_scale, expert_map, workspace, output)
+    if torch is None:
+        args = WarpDecodeMoeArgs(
+            format=int(WeightFormat(_size(weight_format, op, "weight_format"))),
+            num_tokens=_size(num_tokens, op, "num_tokens"),
+            hidden=_size(hidden, op, "hidden"),
+            intermediate=_size(intermediate, op, "intermediate"),
+            num_experts=_size(num_experts, op, "num_experts"),
+            top_k=_size(top_k, op, "top_k"),
+            x=_address(x, op, "x"),
+            topk_ids=_address(topk_ids, op, "topk_ids"),
+            topk_weights=_address(topk_weights, op, "topk_weights"),
+            w13=_address(w13, op, "w13"),
+            w13_scale=_address(w13_scale, op, "w13_scale"),
+            w2=_address(w2, op, "w2"),
+            w2_scale=_address(w2_scale, op, "w2_scale"),
+            expert_map=_address(expert_map, op, "expert_map"),
+            num_global_experts=_size(num_global_experts, op, "num_global_experts", required=expert_map is not None),
+            workspace=_address(workspace, op, "workspace"),
+            workspace_bytes=_size(workspace_bytes, op, "workspace_bytes"),
+            output=_address(output, op, "output"),
+        )
+        check(lib().chord_warp_decode_moe(ctypes.byref(args), _raw_stream(stream)))
+        return None
+
+    call = _TorchCall(torch, op, stream)
+    call.tensor(x, "x", torch.bfloat16, ndim=2)
+    m, h = x.shape
+    call.tensor(topk_ids, "topk_ids", torch.int32, ndim=2)
+    k = topk_ids.shape[1]
+    call.tensor(topk_ids, "topk_ids", torch.int32, shape=(m, k))
+    call.tensor(topk_weights, "topk_weights", torch.float32, shape=(m, k))
+    fp8 = getattr(torch, "float8_e4m3fn", None)
+    if w13.dtype == torch.int32:
+        fmt, per_k, scale_dtype = WeightFormat.INT4_GROUP32, 8, torch.bfloat16
+    elif w13.dtype == torch.uint8 or (fp8 is not None and w13.dtype == fp8):
+        fmt, per_k, scale_dtype = WeightFormat.MXFP8, 1, torch.uint8
+    else:
+        raise _invalid(op, f"w13 must be int32 (INT4 group-32) or uint8 / float8_e4m3fn (MXFP8), got {w13.dtype}")
+    if weight_format is not None and WeightFormat(weight_format) != fmt:
+        raise _invalid(op, f"weight_format={WeightFormat(weight_format).name} disagrees with w13's dtype {w13.dtype}")
+    call.tensor(w13, "w13", w13.dtype, ndim=3)
+    e, two_i = w13.shape[0], w13.shape[1]
+    if two_i % 2 != 0 or h % 32 != 0:
+        raise _invalid(op, f"w13 must be [E, 2I, H/{per_k}] with x [M, H] (H a multiple of 32), got {tuple(w13.shape)}")
+    i = two_i // 2
+    call.tensor(w13, "w13", w13.dtype, shape=(e, two_i, h // per_k))
+    call.tensor(w13_scale, "w13_scale", scale_dtype, shape=(e, two_i, h // 32))
+    call.tensor(w2, "w2", w13.dtype, shape=(e, h, i // per_k))
+    call.tensor(w2_scale, "w2_scale", scale_dtype, shape=(e, h, i // 32))
+    for name, given, actual in (
+        ("num_tokens", num_tokens, m),
+        ("hidden", hidden, h),
+        ("intermediate", intermediate, i),
+        ("num_experts", num_experts, e),
+        ("top_k", top_k, k),
+    ):
+        if given is not None and given != actual:
+            raise _invalid(op, f"{name}={given} disagrees with the tensors' shapes ({actual})")
+    map_ptr = None
+    if expert_map is not None:
+        call.tensor(expert_map, "expert_map", torch.int32, ndim=1)
+        map_ptr = expert_map.data_ptr()
+        if num_global_experts is None:
+            num_global_experts = expert_map.numel()
+        elif num_global_experts > expert_map.numel():
+            raise _invalid(op, f"num_global_experts={num_global_experts} exceeds expert_map's {expert_map.numel()} entries")
+    need = warp_decode_moe_workspace_size(m, k, i)
+    if workspace is None:
+        workspace = torch.empty(max(need, 16), dtype=torch.uint8, device=call.device)
+    call.tensor(workspace, "workspace", torch.uint8, min_numel=need)
+    if output is None:
+        output = torch.empty((m, h), dtype=torch.bfloat16, device=call.device)
+    call.tensor(output, "output", torch.bfloat16, shape=(m, h))
+    if m == 0:
+        return output
+    with call.guard():
+        warp_decode_moe(
+            x.data_ptr(),
+            topk_ids.data_ptr(),
+            topk_weights.data_ptr(),
+            w13.data_ptr(),
+            w13_scale.data_ptr(),
+            w2.data_ptr(),
+            w2_scale.data_ptr(),
+            expert_map=map_ptr,
+            num_global_experts=num_global_experts,
+            workspace=workspace.data_ptr(),
+            workspace_bytes=workspace.numel(),
+            output=output.data_ptr(),
+            weight_format=int(fmt),
+            num_tokens=m,
+            hidden=h,
+            intermediate=i,
+            num_experts=e,
+            top_k=k,
             stream=call.stream(),
         )
     return output

@@ -144,12 +144,46 @@ class MoeCombineOptions(_SizedStruct):
     ]
 
 
+class WeightFormat(enum.IntEnum):
+    """chord_weight_format_t."""
+
+    INT4_GROUP32 = 0
+    MXFP8 = 1
+
+
+class WarpDecodeMoeArgs(_SizedStruct):
+    """chord_warp_decode_moe_args_t (pointer fields are raw device addresses)."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("format", ctypes.c_int),  # chord_weight_format_t
+        ("num_tokens", ctypes.c_int64),
+        ("hidden", ctypes.c_int32),
+        ("intermediate", ctypes.c_int32),
+        ("num_experts", ctypes.c_int32),
+        ("top_k", ctypes.c_int32),
+        ("x", ctypes.c_void_p),
+        ("topk_ids", ctypes.c_void_p),
+        ("topk_weights", ctypes.c_void_p),
+        ("w13", ctypes.c_void_p),
+        ("w13_scale", ctypes.c_void_p),
+        ("w2", ctypes.c_void_p),
+        ("w2_scale", ctypes.c_void_p),
+        ("expert_map", ctypes.c_void_p),
+        ("num_global_experts", ctypes.c_int32),
+        ("workspace", ctypes.c_void_p),
+        ("workspace_bytes", ctypes.c_size_t),
+        ("output", ctypes.c_void_p),
+    ]
+
+
 #: Every struct of chordrt.h: C name -> ctypes mirror.
 STRUCTS = {
     "chord_runtime_info_t": RuntimeInfo,
     "chord_prewarm_summary_t": PrewarmSummary,
     "chord_moe_align_options_t": MoeAlignOptions,
     "chord_moe_combine_options_t": MoeCombineOptions,
+    "chord_warp_decode_moe_args_t": WarpDecodeMoeArgs,
 }
 
 # ---- function declarations -------------------------------------------------------------------------
@@ -207,6 +241,11 @@ FUNCTIONS = {
             _ptr,  # CUstream
         ],
     ),
+    "chord_warp_decode_moe_workspace_size": (
+        ctypes.c_size_t,
+        [ctypes.c_int64, ctypes.c_int32, ctypes.c_int32],  # num_tokens, top_k, intermediate
+    ),
+    "chord_warp_decode_moe": (_status_t, [ctypes.POINTER(WarpDecodeMoeArgs), _ptr]),  # args, CUstream
 }
 
 # ---- finding and loading the library ---------------------------------------------------------------
