@@ -8,7 +8,8 @@ sets. Baselines on weights dequantized to BF16 once: `torch._grouped_mm` (sort b
 GEMMs, weighted index_add; graph-captured) and a per-expert matmul loop (eager: it reads the routing on
 the host). Accuracy: relative error / cosine vs a float64 reference, for chordrt and for the BF16
 dequant-then-matmul path on the same inputs.
-Usage: warp_decode_bench.py --json FILE [--quick]
+Usage: warp_decode_bench.py --json FILE [--quick] [--shapes A,B]
+       warp_decode_bench.py --profile "Kimi K2 TP8,int4,8"   (a few untimed calls, for ncu)
 """
 import argparse
 import json
@@ -143,13 +144,35 @@ def bench_shape(name, fmt, tokens_list, ceil, quick):
     return rows
 
 
+def profile(spec):
+    name, fmt, m = spec.split(",")
+    h, i, e, g, k, rank = SHAPES[name]
+    m = int(m)
+    dev = torch.device("cuda")
+    w = mr.random_moe_weights(torch, fmt, e, h, i, dev, seed=1)
+    emap = None
+    if rank is not None:
+        emap = torch.full((g,), -1, dtype=torch.int32, device=dev)
+        emap[rank * e : (rank + 1) * e] = torch.arange(e, dtype=torch.int32, device=dev)
+    for s in range(6):
+        x = torch.randn((m, h), device=dev).to(torch.bfloat16)
+        ids, rw = mr.random_routing(torch, m, k, g, dev, seed=s)
+        chordrt.warp_decode_moe(x, ids, rw, w.w13, w.w13_scale, w.w2, w.w2_scale, expert_map=emap)
+    torch.cuda.synchronize()
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--json", required=True)
+    ap.add_argument("--json")
+    ap.add_argument("--profile", help="NAME,FORMAT,M: run that case a few times, untimed")
     ap.add_argument("--quick", action="store_true", help="fewer sets and token counts")
     ap.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated subset of the shapes")
     args = ap.parse_args()
     torch.manual_seed(0)
+    if args.profile:
+        return profile(args.profile)
+    if not args.json:
+        ap.error("--json is required")
     ceil = ceilings()
     print(f"ceilings: copy {ceil['copy_tbps']:.2f} TB/s, stream read {ceil['stream_read_tbps']:.2f} TB/s, "
           f"dense BF16 {ceil['dense_bf16_tflops']:.0f} TFLOP/s", flush=True)

@@ -11,13 +11,20 @@ struct Split {
   int parts, unroll;
 };
 
-// The most parts (<= max_parts, a power of two) and widest unroll (4, 2, 1) with groups divisible by
-// parts * unroll; unroll wins over parts (short load batches stall more than a narrower split).
-Split split_groups(int groups, int max_parts) {
-  for (int unroll : {4, 2, 1}) {
-    for (int parts = max_parts; parts >= 1; parts /= 2) {
-      if (groups % (parts * unroll) == 0) return {parts, unroll};
+// The most parts (a power of two <= max_parts) whose share of the groups has a divisor in
+// [4, max_unroll] (or is shorter than 4), with the largest such divisor as the unroll: the loads of
+// `unroll` groups are in flight together, and the bytes in flight (parts x unroll x 16 rows) are what
+// hides DRAM latency.
+Split split_groups(int groups, int max_parts, int max_unroll) {
+  for (int parts = max_parts; parts >= 1; parts /= 2) {
+    if (groups % parts != 0) continue;
+    const int per = groups / parts;
+    for (int unroll = std::min(per, max_unroll); unroll >= 1; --unroll) {
+      if (per % unroll == 0 && (unroll >= 4 || per < 4)) return {parts, unroll};
     }
+  }
+  for (int unroll = std::min(groups, max_unroll); unroll >= 1; --unroll) {
+    if (groups % unroll == 0) return {1, unroll};
   }
   return {1, 1};
 }
@@ -28,6 +35,11 @@ int column_tiles(const WarpDecodeShape& s, int64_t tokens) {
   const double local_routes = static_cast<double>(tokens) * s.top_k * s.experts / std::max(1, s.global_experts);
   return local_routes / active > 8.0 ? 2 : 1;
 }
+
+// Unrolls whose registers fit the kernels' launch bounds (gate/up 3 CTAs of 256 threads per SM, 85
+// registers; down 4 CTAs, 64, half the unroll with two column tiles) without spilling (ptxas reports).
+constexpr int kGateUpMaxUnroll = 8;
+constexpr int kDownMaxUnroll = 4;
 
 }  // namespace
 
@@ -44,7 +56,7 @@ double expected_active_experts(const WarpDecodeShape& s, int64_t tokens) {
 }
 
 WarpDecodeGateUpConfig select_warp_decode_gate_up(const WarpDecodeShape& s, int64_t tokens, const DeviceFacts&) {
-  const Split split = split_groups(s.hidden / 32, 8);
+  const Split split = split_groups(s.hidden / 32, 8, kGateUpMaxUnroll);
   return {warp_decode_token_bucket(tokens), split.parts, column_tiles(s, tokens), split.unroll};
 }
 
@@ -56,8 +68,9 @@ WarpDecodeDownConfig select_warp_decode_down(const WarpDecodeShape& s, int64_t t
   int max_chunks = 1;
   while (max_chunks * 2 <= wanted) max_chunks *= 2;
   if (max_chunks < wanted) max_chunks *= 2;
-  const Split split = split_groups(groups, max_chunks);
-  return {warp_decode_token_bucket(tokens), kWarps, split.parts, column_tiles(s, tokens), split.unroll};
+  const int n_tiles = column_tiles(s, tokens);
+  const Split split = split_groups(groups, max_chunks, n_tiles == 1 ? kDownMaxUnroll : kDownMaxUnroll / 2);
+  return {warp_decode_token_bucket(tokens), kWarps, split.parts, n_tiles, split.unroll};
 }
 
 int warp_decode_down_dynamic_smem(const WarpDecodeDownConfig& c) { return c.warps * c.max_tokens * 16 * 4; }

@@ -4,9 +4,10 @@
 
 namespace chordrt {
 
-void launch(const ContextState& ctx, const LoadedKernel& kernel, LaunchGrid grid, CUstream stream, void** args) {
+void launch(const ContextState& ctx, const LoadedKernel& kernel, LaunchGrid grid, CUstream stream, void** args,
+            LaunchOrder order) {
   const DriverApi& api = driver().api;
-  CUlaunchAttribute attr[1];
+  CUlaunchAttribute attr[2];
   CUlaunchConfig config{};
   config.gridDimX = grid.x;
   config.gridDimY = grid.y;
@@ -17,13 +18,18 @@ void launch(const ContextState& ctx, const LoadedKernel& kernel, LaunchGrid grid
   config.sharedMemBytes = kernel.dynamic_smem;
   config.hStream = stream;
   if (kernel.cluster[0] * kernel.cluster[1] * kernel.cluster[2] > 1) {
-    attr[0].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    attr[0].value.clusterDim.x = kernel.cluster[0];
-    attr[0].value.clusterDim.y = kernel.cluster[1];
-    attr[0].value.clusterDim.z = kernel.cluster[2];
-    config.attrs = attr;
-    config.numAttrs = 1;
+    CUlaunchAttribute& a = attr[config.numAttrs++];
+    a.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    a.value.clusterDim.x = kernel.cluster[0];
+    a.value.clusterDim.y = kernel.cluster[1];
+    a.value.clusterDim.z = kernel.cluster[2];
   }
+  if (order == LaunchOrder::kProgrammatic) {
+    CUlaunchAttribute& a = attr[config.numAttrs++];
+    a.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    a.value.programmaticStreamSerializationAllowed = 1;
+  }
+  config.attrs = attr;
   ScopedContext scope(api, ctx.context);
   check_cuda(api.cuLaunchKernelEx(&config, kernel.function, args, nullptr), "cuLaunchKernelEx");
 }

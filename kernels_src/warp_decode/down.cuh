@@ -16,7 +16,7 @@ namespace chord::warp_decode {
 
 template <int FORMAT, int HIDDEN, int INTER, int EXPERTS, int TOP_K, int MAX_TOKENS, int WARPS, int K_CHUNKS,
           int N_TILES, int UNROLL, bool HAS_MAP>
-__global__ void __launch_bounds__(32 * WARPS)
+__global__ void __launch_bounds__(32 * WARPS, 4)
     down_kernel(const bf16* __restrict__ h, const float* __restrict__ topk_weights,
                 const int32_t* __restrict__ topk_ids, const int32_t* __restrict__ expert_map,
                 int32_t num_global_experts, int32_t num_tokens, const uint8_t* __restrict__ w2,
@@ -37,6 +37,18 @@ __global__ void __launch_bounds__(32 * WARPS)
   const int row0 = blockIdx.x * 16;
   float* my_acc = acc_smem + warp * MAX_TOKENS * 16;
   const int items = table.num_active * K_CHUNKS;
+  // Launched early behind gate/up (programmatic dependent launch): the weights do not depend on it, so
+  // pull this warp's first item into L2 before waiting for h. Without the launch attribute the wait
+  // returns at once.
+  if (warp < items) {
+    const int expert = table.active[warp / K_CHUNKS], chunk = warp % K_CHUNKS;
+    constexpr int kChunkBytes = static_cast<int>(kRowBytes / K_CHUNKS);
+    const uint8_t* row = w2 + (static_cast<long long>(expert) * HIDDEN + row0 + lane % 16) * kRowBytes + chunk * kChunkBytes;
+    for (int off = (lane / 16) * 128; off < kChunkBytes; off += 256) {
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(row + off));
+    }
+  }
+  asm volatile("griddepcontrol.wait;" ::: "memory");
   for (int item = warp; item < items; item += WARPS) {
     const int expert = table.active[item / K_CHUNKS], chunk = item % K_CHUNKS;
     const int count = table.count[expert];

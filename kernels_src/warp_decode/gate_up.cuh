@@ -15,7 +15,7 @@ namespace chord::warp_decode {
 
 template <int FORMAT, int HIDDEN, int INTER, int EXPERTS, int TOP_K, int MAX_TOKENS, int K_SPLIT, int N_TILES,
           int UNROLL, bool HAS_MAP>
-__global__ void __launch_bounds__(32 * K_SPLIT)
+__global__ void __launch_bounds__(32 * K_SPLIT, 3)
     gate_up_kernel(const bf16* __restrict__ x, const int32_t* __restrict__ topk_ids,
                    const int32_t* __restrict__ expert_map, int32_t num_global_experts, int32_t num_tokens,
                    const uint8_t* __restrict__ w13, const uint8_t* __restrict__ w13_scale, bf16* __restrict__ h) {
@@ -25,6 +25,9 @@ __global__ void __launch_bounds__(32 * K_SPLIT)
   static_assert(HIDDEN % 32 == 0 && kGroups % K_SPLIT == 0 && kGroupsPerWarp % UNROLL == 0, "bad K split");
   static_assert(INTER % 8 == 0, "neurons come in blocks of 8");
 
+  // The down kernel may launch now (programmatic dependent launch): its route table and weight prefetch
+  // overlap this kernel; it waits for h with griddepcontrol.wait.
+  asm volatile("griddepcontrol.launch_dependents;");
   __shared__ RouteTable<EXPERTS, MAX_TOKENS * TOP_K> table;
   __shared__ float partial[K_SPLIT][N_TILES][4][32];
   build_route_table<EXPERTS, MAX_TOKENS * TOP_K, 32 * K_SPLIT, HAS_MAP>(table, topk_ids, expert_map,

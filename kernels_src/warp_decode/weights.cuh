@@ -1,14 +1,12 @@
 // Weight formats of the warp-decode kernels, read straight from the checkpoint layout (no repack), and
 // the MMA loop both kernels share: 16 weight rows x up to 8*N_TILES activation columns.
 //
-// Fragment mapping. A group is 32 consecutive K values with one scale. In an m16n8k16 pair covering one
-// group, lane (g, t) supplies values 8t..8t+7 of the group for its A rows and its B column: for INT4 that
-// is the t-th int32 word of the group, for MXFP8 the t-th 8-byte chunk. K order inside the MMA is a free
-// choice as long as A and B agree, so the lane feeds its values as the pairs (v0,v4), (v1,v5) [first
-// k16 step] and (v2,v6), (v3,v7) [second], the order the INT4 nibble trick produces, and permutes the
-// activations to match with two prmt per pair. The group's two MMAs start from zero and the FP32
-// partial is scaled once per group, so the result is an FP32 sum of exact products: (q - 8) and the E4M3
-// values are exact in BF16 and the scale is applied in FP32.
+// Fragment mapping. A group is 32 consecutive K values with one scale. In the two m16n8k16 steps that
+// cover one group, lane (g, t) supplies values 8t..8t+7 of the group for its A rows and its B column: for
+// INT4 the t-th int32 word of the group, for MXFP8 the t-th 8-byte chunk. The K order inside an MMA is
+// free as long as A and B agree, so each format feeds its values in the pair order its cheapest
+// conversion produces, and b_pairs() arranges the activations the same way. The group's FP32 partial is
+// scaled once, in FP32: the products are exact (BF16 weights q - 8 or E4M3 values, BF16 activations).
 #pragma once
 
 #include "common/mma.cuh"
@@ -27,6 +25,12 @@ struct WeightFormat<kInt4Group32> {
   using Raw = uint32_t;
   static constexpr long long row_bytes(long long k) { return k / 2; }
   static constexpr long long scale_row_bytes(long long k) { return k / 32 * 2; }
+  // A holds 128 + q (0x4300 | q, one lop3 per pair, exact); the accumulator of each group starts at
+  // -136 * sum(x) from one MMA of a constant A, which leaves sum((q - 8) x). That drops the per-pair
+  // subtraction (8 of ~30 instructions per group) for 2 MMAs shared by all rows; the cancellation costs
+  // ~2^-17 relative, far below the BF16 output's rounding.
+  static constexpr bool kOffset = true;
+  static constexpr uint32_t kOffsetA = 0xC308C308u;  // BF16 -136 twice
   __device__ static Raw load(const uint8_t* row, int group, int t) {
     return __ldg(reinterpret_cast<const uint32_t*>(row) + group * 4 + t);
   }
@@ -35,13 +39,19 @@ struct WeightFormat<kInt4Group32> {
     s.bits = __ldg(reinterpret_cast<const uint16_t*>(scale_row) + group);
     return to_float(s);
   }
-  // 0x4300 | q is the BF16 value 128 + q; subtracting 136 leaves q - 8 exactly.
+  // Pairs (v0,v4), (v1,v5), (v2,v6), (v3,v7): nibbles i and i + 4 sit 16 bits apart.
   __device__ static void dequant(Raw w, uint32_t (&r)[4]) {
-    constexpr uint32_t kNibbles = 0x000F000Fu, k128 = 0x43004300u, kOne = 0x3F803F80u, kMinus136 = 0xC308C308u;
-    r[0] = fma_bf16x2(and_or(w, kNibbles, k128), kOne, kMinus136);
-    r[1] = fma_bf16x2(and_or(w >> 4, kNibbles, k128), kOne, kMinus136);
-    r[2] = fma_bf16x2(and_or(w >> 8, kNibbles, k128), kOne, kMinus136);
-    r[3] = fma_bf16x2(and_or(w >> 12, kNibbles, k128), kOne, kMinus136);
+    constexpr uint32_t kNibbles = 0x000F000Fu, k128 = 0x43004300u;
+    r[0] = and_or(w, kNibbles, k128);
+    r[1] = and_or(w >> 4, kNibbles, k128);
+    r[2] = and_or(w >> 8, kNibbles, k128);
+    r[3] = and_or(w >> 12, kNibbles, k128);
+  }
+  __device__ static void b_pairs(const uint4& x, uint32_t (&b)[4]) {
+    b[0] = byte_perm(x.x, x.z, 0x5410);  // (x0, x4)
+    b[1] = byte_perm(x.x, x.z, 0x7632);  // (x1, x5)
+    b[2] = byte_perm(x.y, x.w, 0x5410);  // (x2, x6)
+    b[3] = byte_perm(x.y, x.w, 0x7632);  // (x3, x7)
   }
 };
 
@@ -51,30 +61,34 @@ struct WeightFormat<kMxfp8> {
   using Raw = uint2;
   static constexpr long long row_bytes(long long k) { return k; }
   static constexpr long long scale_row_bytes(long long k) { return k / 32; }
+  static constexpr bool kOffset = false;
+  static constexpr uint32_t kOffsetA = 0;
   __device__ static Raw load(const uint8_t* row, int group, int t) {
     return __ldg(reinterpret_cast<const uint2*>(row) + group * 4 + t);
   }
+  // 2^(e - 127) as FP32 bits e << 23; e = 0 (2^-127) reads as 0 and e = 255 (NaN) as +inf.
   __device__ static float scale(const uint8_t* scale_row, int group) {
-    const uint32_t e = __ldg(scale_row + group);
-    if (e == 0) return __uint_as_float(0x00400000u);  // 2^-127 is an FP32 subnormal
-    if (e == 255) return __uint_as_float(0x7fc00000u);
-    return __uint_as_float(e << 23);
+    return __uint_as_float(static_cast<uint32_t>(__ldg(scale_row + group)) << 23);
   }
-  // E4M3 -> F16 by the hardware (exact), F16 -> BF16 by moving exponent and mantissa down 3 bits (the
-  // BF16 then reads 2^-112 of the value; E4M3 values have 3 mantissa bits, so nothing is lost) and an
-  // exact multiply by 2^112.
-  __device__ static uint32_t e4m3x2_to_bf16x2(uint32_t pair) {
-    uint32_t h;
-    asm("{\n .reg .b16 p;\n cvt.u16.u32 p, %1;\n cvt.rn.f16x2.e4m3x2 %0, p;\n}" : "=r"(h) : "r"(pair));
-    const uint32_t bf = ((h >> 3) & 0x0FFF0FFFu) | (h & 0x80008000u);
-    return fma_bf16x2(bf, 0x77807780u, 0x80008000u);
+  // Two E4M3 bytes -> BF16 pair: prmt puts each byte in a 16-bit lane over a copy of its sign bit, a
+  // shift and a mask give sign | exponent-and-mantissa << 4 (BF16 reading 2^-120 of the value, E4M3
+  // subnormals included), and an exact multiply by 2^120 finishes.
+  __device__ static uint32_t e4m3x2_to_bf16x2(uint32_t word, uint32_t selector) {
+    const uint32_t spread = byte_perm(word, 0, selector);
+    return fma_bf16x2((spread << 4) & 0x87F087F0u, 0x7B807B80u, 0x80008000u);
   }
+  // Pairs in natural order (v0,v1), (v2,v3), (v4,v5), (v6,v7).
   __device__ static void dequant(Raw w, uint32_t (&r)[4]) {
-    const uint32_t p = byte_perm(w.x, w.y, 0x5140), q = byte_perm(w.x, w.y, 0x7362);  // v0 v4 v1 v5, v2 v6 v3 v7
-    r[0] = e4m3x2_to_bf16x2(p & 0xFFFFu);
-    r[1] = e4m3x2_to_bf16x2(p >> 16);
-    r[2] = e4m3x2_to_bf16x2(q & 0xFFFFu);
-    r[3] = e4m3x2_to_bf16x2(q >> 16);
+    r[0] = e4m3x2_to_bf16x2(w.x, 0x9180);
+    r[1] = e4m3x2_to_bf16x2(w.x, 0xB3A2);
+    r[2] = e4m3x2_to_bf16x2(w.y, 0x9180);
+    r[3] = e4m3x2_to_bf16x2(w.y, 0xB3A2);
+  }
+  __device__ static void b_pairs(const uint4& x, uint32_t (&b)[4]) {
+    b[0] = x.x;
+    b[1] = x.y;
+    b[2] = x.z;
+    b[3] = x.w;
   }
 };
 
@@ -86,6 +100,7 @@ __device__ __forceinline__ void mma_weight_rows(float (&acc)[N_TILES][4], const 
                                                 const uint8_t* s_lo, const uint8_t* s_hi,
                                                 const bf16* const (&b_rows)[N_TILES], int g_begin, int g_end, int t) {
   using F = WeightFormat<FORMAT>;
+#pragma unroll 1  // one batch of UNROLL groups in registers at a time (full unrolling spilled)
   for (int g0 = g_begin; g0 < g_end; g0 += UNROLL) {
     typename F::Raw wl[UNROLL], wh[UNROLL];
     float sl[UNROLL], sh[UNROLL];
@@ -108,10 +123,16 @@ __device__ __forceinline__ void mma_weight_rows(float (&acc)[N_TILES][4], const 
       const uint32_t a0[4] = {lo[0], hi[0], lo[1], hi[1]}, a1[4] = {lo[2], hi[2], lo[3], hi[3]};
 #pragma unroll
       for (int nt = 0; nt < N_TILES; ++nt) {
-        const uint4 x = xb[u][nt];
+        uint32_t b[4];
+        F::b_pairs(xb[u][nt], b);
         float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        mma_bf16_m16n8k16(d, a0, byte_perm(x.x, x.z, 0x5410), byte_perm(x.x, x.z, 0x7632));
-        mma_bf16_m16n8k16(d, a1, byte_perm(x.y, x.w, 0x5410), byte_perm(x.y, x.w, 0x7632));
+        if (F::kOffset) {
+          constexpr uint32_t kC[4] = {F::kOffsetA, F::kOffsetA, F::kOffsetA, F::kOffsetA};
+          mma_bf16_m16n8k16(d, kC, b[0], b[1]);
+          mma_bf16_m16n8k16(d, kC, b[2], b[3]);
+        }
+        mma_bf16_m16n8k16(d, a0, b[0], b[1]);
+        mma_bf16_m16n8k16(d, a1, b[2], b[3]);
         acc[nt][0] += sl[u] * d[0];
         acc[nt][1] += sl[u] * d[1];
         acc[nt][2] += sh[u] * d[2];

@@ -37,7 +37,7 @@ KernelProgram gate_up_program(const jit::Descriptor& d) {
   check_common(d);
   const int64_t k_split = d[6], n_tiles = d[7], unroll = d[8];
   const int64_t groups = d[1] / 32;
-  if (!power_of_two_in(k_split, 1, 16) || n_tiles < 1 || n_tiles > 4 || !power_of_two_in(unroll, 1, 8) ||
+  if (!power_of_two_in(k_split, 1, 16) || n_tiles < 1 || n_tiles > 4 || unroll < 1 || unroll > 8 ||
       groups % (k_split * unroll) != 0) {
     throw_error(CHORD_ERROR_INVALID_ARGUMENT, "{}: k_split * unroll must divide hidden / 32, n_tiles in [1, 4]",
                 jit::to_string(d));
@@ -54,7 +54,7 @@ KernelProgram down_program(const jit::Descriptor& d) {
   check_common(d);
   const int64_t warps = d[6], k_chunks = d[7], n_tiles = d[8], unroll = d[9];
   const int64_t groups = d[2] / 32;
-  if (!power_of_two_in(warps, 1, 16) || k_chunks < 1 || n_tiles < 1 || n_tiles > 4 || !power_of_two_in(unroll, 1, 8) ||
+  if (!power_of_two_in(warps, 1, 16) || k_chunks < 1 || n_tiles < 1 || n_tiles > 4 || unroll < 1 || unroll > 8 ||
       groups % (k_chunks * unroll) != 0) {
     throw_error(CHORD_ERROR_INVALID_ARGUMENT, "{}: k_chunks * unroll must divide intermediate / 32, n_tiles in [1, 4]",
                 jit::to_string(d));
@@ -171,7 +171,8 @@ void warp_decode_moe(const WarpDecodeMoeArgs& a, CUstream stream) {
          const_cast<void**>(gate_up_args));
   const void* down_args[] = {&a.workspace, &a.topk_weights, &a.topk_ids, &a.expert_map, &global,
                              &tokens,      &a.w2,           &a.w2_scale, &a.output};
-  launch(ctx, down, {static_cast<uint32_t>(a.hidden / 16), 1, 1}, stream, const_cast<void**>(down_args));
+  launch(ctx, down, {static_cast<uint32_t>(a.hidden / 16), 1, 1}, stream, const_cast<void**>(down_args),
+         LaunchOrder::kProgrammatic);
 }
 
 }  // namespace chordrt

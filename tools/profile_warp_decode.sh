@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Nsight Compute summary of the two warp-decode kernels for a few cases (on the lent H200, after
+# tools/gpu_run.sh has built build-gpu): duration, DRAM throughput, occupancy, warp stall reasons.
+# Usage: tools/profile_warp_decode.sh OUTDIR ["NAME,FORMAT,M" ...]
+set -uo pipefail
+out=${1:?usage: tools/profile_warp_decode.sh OUTDIR [cases...]}
+shift
+cd "$(dirname "$0")/.."
+build=${CHORD_GPU_BUILD_DIR:-build-gpu}
+cases=("$@")
+[ ${#cases[@]} -eq 0 ] && cases=("Kimi K2 TP8,int4,1" "Kimi K2 TP8,int4,32")
+for c in "${cases[@]}"; do
+  tag=$(echo "$c" | tr ' ,' '__')
+  env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPATH="$PWD/tools/python:$PWD/bench" \
+    ncu --clock-control none -k regex:warp_decode --launch-skip 8 --launch-count 2 \
+    --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+    --section MemoryWorkloadAnalysis \
+    python3 bench/warp_decode_bench.py --profile "$c" >"$out/ncu_$tag.txt" 2>&1
+  echo "== $c"
+  grep -E "warp_decode|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Waves Per SM|Stall|One or More|Theoretical Occ" "$out/ncu_$tag.txt" | head -40
+done
