@@ -8,25 +8,25 @@ namespace chordrt::heuristics {
 namespace {
 
 struct Split {
-  int parts, unroll;
+  int parts, stage_groups;
 };
 
-// The most parts (a power of two <= max_parts) whose share of the groups has a divisor in
-// [4, max_unroll] (or is shorter than 4), with the largest such divisor as the unroll: the loads of
-// `unroll` groups are in flight together, and the bytes in flight (parts x unroll x 16 rows) are what
-// hides DRAM latency.
-Split split_groups(int groups, int max_parts, int max_unroll) {
-  for (int parts = max_parts; parts >= 1; parts /= 2) {
-    if (groups % parts != 0) continue;
-    const int per = groups / parts;
-    for (int unroll = std::min(per, max_unroll); unroll >= 1; --unroll) {
-      if (per % unroll == 0 && (unroll >= 4 || per < 4)) return {parts, unroll};
+// The most parts (a power of two <= max_parts) whose share of the groups is a whole number of stages,
+// trying 4 groups per stage, then the format's minimum; {1, 0} when the groups allow neither.
+Split split_groups(WeightFormat f, int groups, int max_parts) {
+  for (int sg : {4, warp_decode_min_stage_groups(f)}) {
+    for (int parts = max_parts; parts >= 1; parts /= 2) {
+      if (groups % parts == 0 && (groups / parts) % sg == 0) return {parts, sg};
     }
   }
-  for (int unroll = std::min(groups, max_unroll); unroll >= 1; --unroll) {
-    if (groups % unroll == 0) return {1, unroll};
-  }
-  return {1, 1};
+  return {1, 0};
+}
+
+// Ring depth: as many stages (2..4) as keep the CTA's rings within 64 KB.
+int ring_stages(WeightFormat f, int warps, int stage_groups) {
+  if (stage_groups == 0) return 2;
+  const int per_stage = warps * warp_decode_stage_bytes(f, stage_groups);
+  return std::clamp((64 << 10) / per_stage, 2, 4);
 }
 
 // One column tile holds 8 routes; a second pays off only when an expert expects more than 8.
@@ -35,11 +35,6 @@ int column_tiles(const WarpDecodeShape& s, int64_t tokens) {
   const double local_routes = static_cast<double>(tokens) * s.top_k * s.experts / std::max(1, s.global_experts);
   return local_routes / active > 8.0 ? 2 : 1;
 }
-
-// Unrolls whose registers fit the kernels' launch bounds (gate/up 3 CTAs of 256 threads per SM, 85
-// registers; down 4 CTAs, 64, half the unroll with two column tiles) without spilling (ptxas reports).
-constexpr int kGateUpMaxUnroll = 8;
-constexpr int kDownMaxUnroll = 4;
 
 }  // namespace
 
@@ -56,8 +51,9 @@ double expected_active_experts(const WarpDecodeShape& s, int64_t tokens) {
 }
 
 WarpDecodeGateUpConfig select_warp_decode_gate_up(const WarpDecodeShape& s, int64_t tokens, const DeviceFacts&) {
-  const Split split = split_groups(s.hidden / 32, 8, kGateUpMaxUnroll);
-  return {warp_decode_token_bucket(tokens), split.parts, column_tiles(s, tokens), split.unroll};
+  const Split split = split_groups(s.format, s.hidden / 32, 8);
+  return {warp_decode_token_bucket(tokens), split.parts, column_tiles(s, tokens), split.stage_groups,
+          ring_stages(s.format, split.parts, split.stage_groups)};
 }
 
 WarpDecodeDownConfig select_warp_decode_down(const WarpDecodeShape& s, int64_t tokens, const DeviceFacts&) {
@@ -68,12 +64,27 @@ WarpDecodeDownConfig select_warp_decode_down(const WarpDecodeShape& s, int64_t t
   int max_chunks = 1;
   while (max_chunks * 2 <= wanted) max_chunks *= 2;
   if (max_chunks < wanted) max_chunks *= 2;
-  const int n_tiles = column_tiles(s, tokens);
-  const Split split = split_groups(groups, max_chunks, n_tiles == 1 ? kDownMaxUnroll : kDownMaxUnroll / 2);
-  return {warp_decode_token_bucket(tokens), kWarps, split.parts, n_tiles, split.unroll};
+  const Split split = split_groups(s.format, groups, max_chunks);
+  return {warp_decode_token_bucket(tokens), kWarps, split.parts, column_tiles(s, tokens), split.stage_groups,
+          ring_stages(s.format, kWarps, split.stage_groups)};
 }
 
-int warp_decode_down_dynamic_smem(const WarpDecodeDownConfig& c) { return c.warps * c.max_tokens * 16 * 4; }
+int warp_decode_min_stage_groups(WeightFormat f) { return f == WeightFormat::kInt4Group32 ? 2 : 4; }
+
+int warp_decode_stage_bytes(WeightFormat f, int stage_groups) {
+  const bool int4 = f == WeightFormat::kInt4Group32;
+  const int group_bytes = int4 ? 16 : 32, scale_bytes = int4 ? 2 : 1, row_pad = int4 ? 16 : 32;
+  const int bytes = 16 * (stage_groups * group_bytes + row_pad) + 16 * stage_groups * scale_bytes;
+  return (bytes + 15) / 16 * 16;
+}
+
+int warp_decode_gate_up_dynamic_smem(WeightFormat f, const WarpDecodeGateUpConfig& c) {
+  return c.k_split * c.stages * warp_decode_stage_bytes(f, c.stage_groups);
+}
+
+int warp_decode_down_dynamic_smem(WeightFormat f, const WarpDecodeDownConfig& c) {
+  return c.warps * c.max_tokens * 16 * 4 + c.warps * c.stages * warp_decode_stage_bytes(f, c.stage_groups);
+}
 
 std::vector<int64_t> warp_decode_prewarm_tokens() {
   std::vector<int64_t> tokens(kWarpDecodeMaxTokens);

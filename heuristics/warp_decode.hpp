@@ -32,28 +32,36 @@ int warp_decode_token_bucket(int64_t tokens);
 double expected_active_experts(const WarpDecodeShape& s, int64_t tokens);
 
 struct WarpDecodeGateUpConfig {
-  int max_tokens;  // token bucket (route table capacity = max_tokens * top_k)
-  int k_split;     // warps per CTA, splitting H
-  int n_tiles;     // 8-route MMA column tiles held per pass over the weights
-  int unroll;      // groups of 32 whose loads one lane issues before their math
+  int max_tokens;    // token bucket (route table capacity = max_tokens * top_k)
+  int k_split;       // warps per CTA, splitting H
+  int n_tiles;       // 8-route MMA column tiles per pass over the weights
+  int stage_groups;  // groups of 32 K values per shared-memory stage; 0 = shape not supported
+  int stages;        // ring depth per warp (stages - 1 in flight)
 };
 struct WarpDecodeDownConfig {
   int max_tokens;
   int warps;     // per CTA (16 output rows)
   int k_chunks;  // I split into this many work items per expert, so few experts still fill the warps
   int n_tiles;
-  int unroll;
+  int stage_groups;
+  int stages;
 };
 
-// Gate/up: a CTA per (8 neurons, active expert), 8 warps over H so that even one token's 8 experts give
-// thousands of warps; the widest unroll (4) that divides the groups.
+// Gate/up: a CTA per (8 neurons, active expert), up to 8 warps over H (even one token's 8 experts then
+// give thousands of warps), 4 groups per stage, as many stages as fit 64 KB per CTA (2..4).
 WarpDecodeGateUpConfig select_warp_decode_gate_up(const WarpDecodeShape& s, int64_t tokens,
                                                   const DeviceFacts& facts = {});
 // Down: a CTA per 16 output rows, 8 warps; K chunks so that (expected active experts x chunks) gives
 // every warp an item.
 WarpDecodeDownConfig select_warp_decode_down(const WarpDecodeShape& s, int64_t tokens, const DeviceFacts& facts = {});
-// Shared memory the down kernel's per-warp accumulators take (dynamic).
-int warp_decode_down_dynamic_smem(const WarpDecodeDownConfig& c);
+// Groups of 32 per stage the format needs to divide K/32 (INT4 2, MXFP8 4: a stage's scales of one row
+// are copied as one 4..16-byte piece).
+int warp_decode_min_stage_groups(WeightFormat f);
+// One stage of a warp's ring, as kernels_src/warp_decode/warp_stream.cuh lays it out.
+int warp_decode_stage_bytes(WeightFormat f, int stage_groups);
+int warp_decode_gate_up_dynamic_smem(WeightFormat f, const WarpDecodeGateUpConfig& c);
+// Per-warp accumulators ([warps][max_tokens][16] FP32) then the rings.
+int warp_decode_down_dynamic_smem(WeightFormat f, const WarpDecodeDownConfig& c);
 // Every token count the path serves (1..kWarpDecodeMaxTokens): a prewarm compiles their distinct configs.
 std::vector<int64_t> warp_decode_prewarm_tokens();
 

@@ -12,10 +12,10 @@ cases=("$@")
 for c in "${cases[@]}"; do
   tag=$(echo "$c" | tr ' ,' '__')
   env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPATH="$PWD/tools/python:$PWD/bench" \
-    ncu --clock-control none -k regex:warp_decode --launch-skip 8 --launch-count 2 \
+    ncu --clock-control none -k "regex:gate_up_kernel|down_kernel" --launch-skip 6 --launch-count 4 \
     --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
     --section MemoryWorkloadAnalysis \
     python3 bench/warp_decode_bench.py --profile "$c" >"$out/ncu_$tag.txt" 2>&1
   echo "== $c"
-  grep -E "warp_decode|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Waves Per SM|Stall|One or More|Theoretical Occ" "$out/ncu_$tag.txt" | head -40
+  grep -E "gate_up_kernel|down_kernel|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Waves Per SM|Stall|One or More|Theoretical Occ" "$out/ncu_$tag.txt" | head -40
 done

@@ -13,6 +13,7 @@ struct RouteTable {
   int32_t count[EXPERTS];
   int32_t active[EXPERTS];  // local ids of the experts with at least one route, ascending
   int32_t num_active;
+  int32_t max_count;         // routes of the busiest expert
   int32_t routes[CAPACITY];  // route ids (token * top_k + j), grouped by expert
 };
 
@@ -46,13 +47,15 @@ __device__ __forceinline__ void build_route_table(RouteTable<EXPERTS, CAPACITY>&
   if (threadIdx.x < 32) {  // one warp scans the counts into offsets and the active list
     constexpr int kPerLane = (EXPERTS + 31) / 32;
     const int base = threadIdx.x * kPerLane;
-    int routes = 0, actives = 0;
+    int routes = 0, actives = 0, busiest = 0;
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
       const int c = base + i < EXPERTS ? tb.count[base + i] : 0;
       routes += c;
       actives += c > 0;
+      busiest = max(busiest, c);
     }
+    busiest = __reduce_max_sync(0xffffffffu, busiest);
     const int routes_incl = warp_inclusive_scan(routes), actives_incl = warp_inclusive_scan(actives);
     int r = routes_incl - routes, a = actives_incl - actives;
 #pragma unroll
@@ -64,7 +67,10 @@ __device__ __forceinline__ void build_route_table(RouteTable<EXPERTS, CAPACITY>&
         if (c > 0) tb.active[a++] = base + i;
       }
     }
-    if (threadIdx.x == 31) tb.num_active = actives_incl;
+    if (threadIdx.x == 31) {
+      tb.num_active = actives_incl;
+      tb.max_count = busiest;
+    }
   }
   __syncthreads();
 #pragma unroll

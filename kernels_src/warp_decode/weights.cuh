@@ -1,5 +1,5 @@
-// Weight formats of the warp-decode kernels, read straight from the checkpoint layout (no repack), and
-// the MMA loop both kernels share: 16 weight rows x up to 8*N_TILES activation columns.
+// Weight formats of the warp-decode kernels, read straight from the checkpoint layout (no repack): sizes,
+// shared-memory staging layout, the conversion to BF16 MMA fragments and the matching activation order.
 //
 // Fragment mapping. A group is 32 consecutive K values with one scale. In the two m16n8k16 steps that
 // cover one group, lane (g, t) supplies values 8t..8t+7 of the group for its A rows and its B column: for
@@ -25,6 +25,10 @@ struct WeightFormat<kInt4Group32> {
   using Raw = uint32_t;
   static constexpr long long row_bytes(long long k) { return k / 2; }
   static constexpr long long scale_row_bytes(long long k) { return k / 32 * 2; }
+  static constexpr int kGroupBytes = 16, kScaleBytes = 2;
+  // Shared-memory row pitch pad: pitch / 4 = 4 * groups + 4 words is 4 mod 8, so the 8 rows x 4 words
+  // one LDS.32 reads land in 32 different banks (for an even number of groups per stage).
+  static constexpr int kRowPad = 16;
   // A holds 128 + q (0x4300 | q, one lop3 per pair, exact); the accumulator of each group starts at
   // -136 * sum(x) from one MMA of a constant A, which leaves sum((q - 8) x). That drops the per-pair
   // subtraction (8 of ~30 instructions per group) for 2 MMAs shared by all rows; the cancellation costs
@@ -32,11 +36,11 @@ struct WeightFormat<kInt4Group32> {
   static constexpr bool kOffset = true;
   static constexpr uint32_t kOffsetA = 0xC308C308u;  // BF16 -136 twice
   __device__ static Raw load(const uint8_t* row, int group, int t) {
-    return __ldg(reinterpret_cast<const uint32_t*>(row) + group * 4 + t);
+    return *reinterpret_cast<const uint32_t*>(row + group * kGroupBytes + 4 * t);
   }
   __device__ static float scale(const uint8_t* scale_row, int group) {
     bf16 s;
-    s.bits = __ldg(reinterpret_cast<const uint16_t*>(scale_row) + group);
+    s.bits = *reinterpret_cast<const uint16_t*>(scale_row + group * kScaleBytes);
     return to_float(s);
   }
   // Pairs (v0,v4), (v1,v5), (v2,v6), (v3,v7): nibbles i and i + 4 sit 16 bits apart.
@@ -61,14 +65,18 @@ struct WeightFormat<kMxfp8> {
   using Raw = uint2;
   static constexpr long long row_bytes(long long k) { return k; }
   static constexpr long long scale_row_bytes(long long k) { return k / 32; }
+  static constexpr int kGroupBytes = 32, kScaleBytes = 1;
+  // Pitch = 32 * (groups + 1) bytes is 32 or 96 mod 128 for an even number of groups per stage, so the
+  // 16 lanes of each half-warp LDS.64 (4 rows x 4 chunks) hit distinct banks.
+  static constexpr int kRowPad = 32;
   static constexpr bool kOffset = false;
   static constexpr uint32_t kOffsetA = 0;
   __device__ static Raw load(const uint8_t* row, int group, int t) {
-    return __ldg(reinterpret_cast<const uint2*>(row) + group * 4 + t);
+    return *reinterpret_cast<const uint2*>(row + group * kGroupBytes + 8 * t);
   }
   // 2^(e - 127) as FP32 bits e << 23; e = 0 (2^-127) reads as 0 and e = 255 (NaN) as +inf.
   __device__ static float scale(const uint8_t* scale_row, int group) {
-    return __uint_as_float(static_cast<uint32_t>(__ldg(scale_row + group)) << 23);
+    return __uint_as_float(static_cast<uint32_t>(scale_row[group]) << 23);
   }
   // Two E4M3 bytes -> BF16 pair: prmt puts each byte in a 16-bit lane over a copy of its sign bit, a
   // shift and a mask give sign | exponent-and-mantissa << 4 (BF16 reading 2^-120 of the value, E4M3
@@ -91,55 +99,5 @@ struct WeightFormat<kMxfp8> {
     b[3] = x.w;
   }
 };
-
-// acc[nt] += W[rows] . B[columns of tile nt] over groups [g_begin, g_end) (a multiple of UNROLL long).
-// Lane (g, t): a_lo / a_hi are weight rows g and g + 8, s_lo / s_hi their scale rows, b_rows[nt] the
-// BF16 row of column 8 nt + g. Each lane issues all loads of UNROLL groups before the math.
-template <int FORMAT, int N_TILES, int UNROLL>
-__device__ __forceinline__ void mma_weight_rows(float (&acc)[N_TILES][4], const uint8_t* a_lo, const uint8_t* a_hi,
-                                                const uint8_t* s_lo, const uint8_t* s_hi,
-                                                const bf16* const (&b_rows)[N_TILES], int g_begin, int g_end, int t) {
-  using F = WeightFormat<FORMAT>;
-#pragma unroll 1  // one batch of UNROLL groups in registers at a time (full unrolling spilled)
-  for (int g0 = g_begin; g0 < g_end; g0 += UNROLL) {
-    typename F::Raw wl[UNROLL], wh[UNROLL];
-    float sl[UNROLL], sh[UNROLL];
-    uint4 xb[UNROLL][N_TILES];
-#pragma unroll
-    for (int u = 0; u < UNROLL; ++u) {
-      const int g = g0 + u;
-      wl[u] = F::load(a_lo, g, t);
-      wh[u] = F::load(a_hi, g, t);
-      sl[u] = F::scale(s_lo, g);
-      sh[u] = F::scale(s_hi, g);
-#pragma unroll
-      for (int nt = 0; nt < N_TILES; ++nt) xb[u][nt] = __ldg(reinterpret_cast<const uint4*>(b_rows[nt] + g * 32 + 8 * t));
-    }
-#pragma unroll
-    for (int u = 0; u < UNROLL; ++u) {
-      uint32_t lo[4], hi[4];
-      F::dequant(wl[u], lo);
-      F::dequant(wh[u], hi);
-      const uint32_t a0[4] = {lo[0], hi[0], lo[1], hi[1]}, a1[4] = {lo[2], hi[2], lo[3], hi[3]};
-#pragma unroll
-      for (int nt = 0; nt < N_TILES; ++nt) {
-        uint32_t b[4];
-        F::b_pairs(xb[u][nt], b);
-        float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        if (F::kOffset) {
-          constexpr uint32_t kC[4] = {F::kOffsetA, F::kOffsetA, F::kOffsetA, F::kOffsetA};
-          mma_bf16_m16n8k16(d, kC, b[0], b[1]);
-          mma_bf16_m16n8k16(d, kC, b[2], b[3]);
-        }
-        mma_bf16_m16n8k16(d, a0, b[0], b[1]);
-        mma_bf16_m16n8k16(d, a1, b[2], b[3]);
-        acc[nt][0] += sl[u] * d[0];
-        acc[nt][1] += sl[u] * d[1];
-        acc[nt][2] += sh[u] * d[2];
-        acc[nt][3] += sh[u] * d[3];
-      }
-    }
-  }
-}
 
 }  // namespace chord::warp_decode

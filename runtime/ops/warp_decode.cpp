@@ -12,11 +12,11 @@ namespace {
 using heuristics::WarpDecodeShape;
 using heuristics::WeightFormat;
 
-constexpr std::string_view kGateUpFields[] = {"format", "hidden",  "intermediate", "experts", "top_k",
-                                              "max_tokens", "k_split", "n_tiles", "unroll", "has_map"};
+constexpr std::string_view kGateUpFields[] = {"format",  "hidden",  "intermediate", "experts",      "top_k",  "max_tokens",
+                                              "k_split", "n_tiles", "stage_groups", "stages", "has_map"};
 constexpr jit::FamilySchema kGateUpSchema{"warp_decode.gate_up", kGateUpFields};
-constexpr std::string_view kDownFields[] = {"format", "hidden",   "intermediate", "experts", "top_k",  "max_tokens",
-                                            "warps",  "k_chunks", "n_tiles",      "unroll",  "has_map"};
+constexpr std::string_view kDownFields[] = {"format",   "hidden",  "intermediate", "experts", "top_k",  "max_tokens",
+                                            "warps",    "k_chunks", "n_tiles",     "stage_groups", "stages", "has_map"};
 constexpr jit::FamilySchema kDownSchema{"warp_decode.down", kDownFields};
 
 bool power_of_two_in(int64_t v, int64_t lo, int64_t hi) { return v >= lo && v <= hi && (v & (v - 1)) == 0; }
@@ -24,7 +24,7 @@ bool power_of_two_in(int64_t v, int64_t lo, int64_t hi) { return v >= lo && v <=
 // The ranges both kernels' templates accept; the splits are checked by each program().
 void check_common(const jit::Descriptor& d) {
   const int64_t format = d[0], hidden = d[1], inter = d[2], experts = d[3], top_k = d[4], max_tokens = d[5];
-  const int64_t has_map = d[d.schema->fields.size() - 1];
+  const int64_t has_map = d[static_cast<int>(d.schema->fields.size()) - 1];
   if ((format != 0 && format != 1) || hidden < 32 || hidden % 32 != 0 || hidden > (1 << 20) || inter < 32 ||
       inter % 32 != 0 || inter > (1 << 20) || experts < 1 || experts > heuristics::kWarpDecodeMaxExperts ||
       top_k < 1 || top_k > heuristics::kWarpDecodeMaxTopK ||
@@ -33,47 +33,65 @@ void check_common(const jit::Descriptor& d) {
   }
 }
 
+// Stage groups: even, at least the format's minimum, at most 8 (a row's scales move as one <= 16-byte
+// piece), dividing `groups_per_part`; 2..4 stages.
+bool stages_ok(const jit::Descriptor& d, int64_t groups_per_part, int64_t sg, int64_t stages) {
+  const auto f = static_cast<heuristics::WeightFormat>(d[0]);
+  return sg >= heuristics::warp_decode_min_stage_groups(f) && sg <= 8 && sg % 2 == 0 && groups_per_part % sg == 0 &&
+         stages >= 2 && stages <= 4;
+}
+
 KernelProgram gate_up_program(const jit::Descriptor& d) {
   check_common(d);
-  const int64_t k_split = d[6], n_tiles = d[7], unroll = d[8];
+  const int64_t k_split = d[6], n_tiles = d[7], sg = d[8], stages = d[9];
   const int64_t groups = d[1] / 32;
-  if (!power_of_two_in(k_split, 1, 16) || n_tiles < 1 || n_tiles > 4 || unroll < 1 || unroll > 8 ||
-      groups % (k_split * unroll) != 0) {
-    throw_error(CHORD_ERROR_INVALID_ARGUMENT, "{}: k_split * unroll must divide hidden / 32, n_tiles in [1, 4]",
+  if (!power_of_two_in(k_split, 1, 16) || groups % k_split != 0 || n_tiles < 1 || n_tiles > 4 ||
+      !stages_ok(d, groups / k_split, sg, stages)) {
+    throw_error(CHORD_ERROR_INVALID_ARGUMENT,
+                "{}: k_split must divide hidden / 32 into whole stages of stage_groups, n_tiles in [1, 4], stages in "
+                "[2, 4]",
                 jit::to_string(d));
   }
   KernelProgram p;
   p.header = "warp_decode/gate_up.cuh";
-  p.name_expression = fmt::format("chord::warp_decode::gate_up_kernel<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}>", d[0],
-                                  d[1], d[2], d[3], d[4], d[5], k_split, n_tiles, unroll, d[9] ? "true" : "false");
+  p.name_expression =
+      fmt::format("chord::warp_decode::gate_up_kernel<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>", d[0], d[1], d[2],
+                  d[3], d[4], d[5], k_split, n_tiles, sg, stages, d[10] ? "true" : "false");
   p.threads = static_cast<uint32_t>(32 * k_split);
+  p.dynamic_smem = static_cast<uint32_t>(heuristics::warp_decode_gate_up_dynamic_smem(
+      static_cast<heuristics::WeightFormat>(d[0]),
+      {static_cast<int>(d[5]), static_cast<int>(k_split), static_cast<int>(n_tiles), static_cast<int>(sg),
+       static_cast<int>(stages)}));
   return p;
 }
 
 KernelProgram down_program(const jit::Descriptor& d) {
   check_common(d);
-  const int64_t warps = d[6], k_chunks = d[7], n_tiles = d[8], unroll = d[9];
+  const int64_t warps = d[6], k_chunks = d[7], n_tiles = d[8], sg = d[9], stages = d[10];
   const int64_t groups = d[2] / 32;
-  if (!power_of_two_in(warps, 1, 16) || k_chunks < 1 || n_tiles < 1 || n_tiles > 4 || unroll < 1 || unroll > 8 ||
-      groups % (k_chunks * unroll) != 0) {
-    throw_error(CHORD_ERROR_INVALID_ARGUMENT, "{}: k_chunks * unroll must divide intermediate / 32, n_tiles in [1, 4]",
+  if (!power_of_two_in(warps, 1, 16) || k_chunks < 1 || groups % k_chunks != 0 || n_tiles < 1 || n_tiles > 4 ||
+      !stages_ok(d, groups / k_chunks, sg, stages)) {
+    throw_error(CHORD_ERROR_INVALID_ARGUMENT,
+                "{}: k_chunks must divide intermediate / 32 into whole stages of stage_groups, n_tiles in [1, 4], "
+                "stages in [2, 4]",
                 jit::to_string(d));
   }
   KernelProgram p;
   p.header = "warp_decode/down.cuh";
-  p.name_expression = fmt::format("chord::warp_decode::down_kernel<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>", d[0],
-                                  d[1], d[2], d[3], d[4], d[5], warps, k_chunks, n_tiles, unroll,
-                                  d[10] ? "true" : "false");
+  p.name_expression =
+      fmt::format("chord::warp_decode::down_kernel<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>", d[0], d[1], d[2],
+                  d[3], d[4], d[5], warps, k_chunks, n_tiles, sg, stages, d[11] ? "true" : "false");
   p.threads = static_cast<uint32_t>(32 * warps);
   p.dynamic_smem = static_cast<uint32_t>(heuristics::warp_decode_down_dynamic_smem(
+      static_cast<heuristics::WeightFormat>(d[0]),
       {static_cast<int>(d[5]), static_cast<int>(warps), static_cast<int>(k_chunks), static_cast<int>(n_tiles),
-       static_cast<int>(unroll)}));
+       static_cast<int>(sg), static_cast<int>(stages)}));
   return p;
 }
 
 // Kimi K2 TP8 INT4 at one token, and a small MXFP8 shape with an expert map and the largest bucket.
 const WarpDecodeShape kExampleInt4{WeightFormat::kInt4Group32, 7168, 256, 384, 384, 8, false};
-const WarpDecodeShape kExampleMxfp8{WeightFormat::kMxfp8, 2048, 96, 16, 128, 8, true};
+const WarpDecodeShape kExampleMxfp8{WeightFormat::kMxfp8, 2048, 384, 16, 128, 8, true};
 
 std::vector<jit::Descriptor> gate_up_examples(jit::Arch arch) {
   return {warp_decode_gate_up_descriptor(arch, kExampleInt4, heuristics::select_warp_decode_gate_up(kExampleInt4, 1)),
@@ -95,14 +113,14 @@ jit::Descriptor warp_decode_gate_up_descriptor(jit::Arch arch, const WarpDecodeS
                                                const heuristics::WarpDecodeGateUpConfig& c) {
   return jit::Descriptor(kGateUpSchema, arch,
                          {static_cast<int64_t>(s.format), s.hidden, s.intermediate, s.experts, s.top_k, c.max_tokens,
-                          c.k_split, c.n_tiles, c.unroll, s.has_map ? 1 : 0});
+                          c.k_split, c.n_tiles, c.stage_groups, c.stages, s.has_map ? 1 : 0});
 }
 
 jit::Descriptor warp_decode_down_descriptor(jit::Arch arch, const WarpDecodeShape& s,
                                             const heuristics::WarpDecodeDownConfig& c) {
   return jit::Descriptor(kDownSchema, arch,
                          {static_cast<int64_t>(s.format), s.hidden, s.intermediate, s.experts, s.top_k, c.max_tokens,
-                          c.warps, c.k_chunks, c.n_tiles, c.unroll, s.has_map ? 1 : 0});
+                          c.warps, c.k_chunks, c.n_tiles, c.stage_groups, c.stages, s.has_map ? 1 : 0});
 }
 
 }  // namespace chordrt::ops
@@ -127,6 +145,13 @@ void warp_decode_moe(const WarpDecodeMoeArgs& a, CUstream stream) {
     throw_error(CHORD_ERROR_INVALID_ARGUMENT,
                 "{}: hidden and intermediate must be multiples of the group size 32, got {} and {}", op, a.hidden,
                 a.intermediate);
+  }
+  const int64_t k_multiple = 32 * heuristics::warp_decode_min_stage_groups(static_cast<heuristics::WeightFormat>(a.format));
+  if (a.hidden % k_multiple != 0 || a.intermediate % k_multiple != 0) {
+    throw_error(CHORD_ERROR_UNSUPPORTED,
+                "{}: {} weights need hidden and intermediate to be multiples of {} (whole shared-memory stages), got {} "
+                "and {}",
+                op, a.format == CHORD_WEIGHT_INT4_GROUP32 ? "INT4" : "MXFP8", k_multiple, a.hidden, a.intermediate);
   }
   ops::require_range(a.num_experts, 1, heuristics::kWarpDecodeMaxExperts, op, "num_experts");
   ops::require_range(a.top_k, 1, heuristics::kWarpDecodeMaxTopK, op, "top_k");
