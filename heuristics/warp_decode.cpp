@@ -11,10 +11,13 @@ struct Split {
   int parts, stage_groups;
 };
 
-// The most parts (a power of two <= max_parts) whose share of the groups is a whole number of stages,
-// trying 4 groups per stage, then the format's minimum; {1, 0} when the groups allow neither.
+// The most parts (a power of two <= max_parts) whose share of the groups is a whole number of stages
+// of 4 groups, else of the format's minimum (INT4 2); {1, 0} when the groups allow neither. Longer
+// stages would spread the per-stage overhead, but the activations of the next stage sit in registers
+// (4 per group and column tile, twice): 8 groups took the INT4 kernels to 160+ registers.
 Split split_groups(WeightFormat f, int groups, int max_parts) {
-  for (int sg : {4, warp_decode_min_stage_groups(f)}) {
+  const int choices[] = {4, warp_decode_min_stage_groups(f)};
+  for (int sg : choices) {
     for (int parts = max_parts; parts >= 1; parts /= 2) {
       if (groups % parts == 0 && (groups / parts) % sg == 0) return {parts, sg};
     }
@@ -22,11 +25,11 @@ Split split_groups(WeightFormat f, int groups, int max_parts) {
   return {1, 0};
 }
 
-// Ring depth: as many stages (2..4) as keep the CTA's rings within 64 KB.
-int ring_stages(WeightFormat f, int warps, int stage_groups) {
+// Ring depth: as many stages (2..4) as keep the CTA's rings within `budget` bytes.
+int ring_stages(WeightFormat f, int warps, int stage_groups, int budget) {
   if (stage_groups == 0) return 2;
   const int per_stage = warps * warp_decode_stage_bytes(f, stage_groups);
-  return std::clamp((64 << 10) / per_stage, 2, 4);
+  return std::clamp(budget / per_stage, 2, 4);
 }
 
 // One column tile holds 8 routes; a second pays off only when an expert expects more than 8.
@@ -53,11 +56,12 @@ double expected_active_experts(const WarpDecodeShape& s, int64_t tokens) {
 WarpDecodeGateUpConfig select_warp_decode_gate_up(const WarpDecodeShape& s, int64_t tokens, const DeviceFacts&) {
   const Split split = split_groups(s.format, s.hidden / 32, 8);
   return {warp_decode_token_bucket(tokens), split.parts, column_tiles(s, tokens), split.stage_groups,
-          ring_stages(s.format, split.parts, split.stage_groups)};
+          ring_stages(s.format, split.parts, split.stage_groups, 64 << 10)};
 }
 
 WarpDecodeDownConfig select_warp_decode_down(const WarpDecodeShape& s, int64_t tokens, const DeviceFacts&) {
-  constexpr int kWarps = 8;
+  // 4 warps: a 16-row CTA is small, so many fit an SM and 7168 rows (448 CTAs) make one wave.
+  constexpr int kWarps = 4;
   const int groups = s.intermediate / 32;
   const double active = std::max(1.0, expected_active_experts(s, tokens));
   const int wanted = std::clamp(static_cast<int>(std::ceil(kWarps / active)), 1, kWarps);
@@ -66,7 +70,7 @@ WarpDecodeDownConfig select_warp_decode_down(const WarpDecodeShape& s, int64_t t
   if (max_chunks < wanted) max_chunks *= 2;
   const Split split = split_groups(s.format, groups, max_chunks);
   return {warp_decode_token_bucket(tokens), kWarps, split.parts, column_tiles(s, tokens), split.stage_groups,
-          ring_stages(s.format, kWarps, split.stage_groups)};
+          ring_stages(s.format, kWarps, split.stage_groups, 32 << 10)};
 }
 
 int warp_decode_min_stage_groups(WeightFormat f) { return f == WeightFormat::kInt4Group32 ? 2 : 4; }

@@ -56,22 +56,29 @@ struct WarpStream {
   uint8_t* ring;  // this warp's STAGES * L::kBytes
   int lane;
 
+  // (job, stage): the job's pointers are recomputed from its index when needed, so a cursor costs three
+  // registers (a StreamJob per cursor pushed the down kernel into spills).
   struct Cursor {
-    int job = -1, stage = 0;
-    StreamJob cur{};
+    int job = -1, stage = 0, stages = 0;
     __device__ bool valid(const Jobs& jobs) const { return job < jobs.size(); }
     __device__ void next_job(Jobs& jobs) {
       stage = 0;
-      while (++job < jobs.size() && !jobs.get(job, cur)) {
+      StreamJob j;
+      while (++job < jobs.size()) {
+        if (jobs.get(job, j)) {
+          stages = j.stages;
+          return;
+        }
       }
     }
     __device__ void advance(Jobs& jobs) {
-      if (++stage == cur.stages) next_job(jobs);
+      if (++stage == stages) next_job(jobs);
     }
   };
 
   __device__ void copy_stage(uint8_t* dst, const Cursor& c) const {
-    const StreamJob& j = c.cur;
+    StreamJob j;
+    jobs.get(c.job, j);
     const int g0 = j.g_begin + c.stage * SG;
 #pragma unroll
     for (int i = lane; i < 16 * kRowChunks; i += 32) {
@@ -87,9 +94,11 @@ struct WarpStream {
 
   __device__ void load_columns(uint4 (&xb)[SG][N_TILES], const Cursor& c) const {
     const int g = lane / 4, t = lane % 4;
+    StreamJob j;
+    jobs.get(c.job, j);
 #pragma unroll
     for (int nt = 0; nt < N_TILES; ++nt) {
-      const bf16* row = jobs.column(c.job, nt * 8 + g) + (c.cur.g_begin + c.stage * SG) * 32 + 8 * t;
+      const bf16* row = jobs.column(c.job, nt * 8 + g) + (j.g_begin + c.stage * SG) * 32 + 8 * t;
 #pragma unroll
       for (int j = 0; j < SG; ++j) xb[j][nt] = __ldg(reinterpret_cast<const uint4*>(row + j * 32));
     }
@@ -156,6 +165,7 @@ struct WarpStream {
       cp_async_commit();
       Cursor next = out;
       next.advance(jobs);
+      // Register copies below, not a ping-pong pair: unrolling two steps spilled at the register cap.
       uint4 xn[SG][N_TILES];
       if (next.valid(jobs)) load_columns(xn, next);
       compute_stage(ring + slot * L::kBytes, xb, acc);
