@@ -19,8 +19,10 @@ for c in "${cases[@]}"; do
   echo "== $c"
   grep -E "gate_up_kernel|down_kernel|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Waves Per SM|Stall|One or More|Theoretical Occ" "$out/ncu_$tag.txt" | head -40
 done
-# SASS of the compiled warp-decode kernels (the run's cache), for instruction counts.
-for f in $(grep -l '"warp_decode' "${CHORD_CACHE_DIR:-$build/gpu-cache}"/entries/*/*.json 2>/dev/null); do
-  name=$(python3 -c "import json,sys; d=json.load(open(sys.argv[1]))['descriptor']; f=d['fields']; print(d['family'].split('.')[1] + '_' + '_'.join(str(f[k]) for k in sorted(f)))" "$f")
-  cuobjdump -sass "${f%.json}.cubin" >"$out/sass_$name.txt" 2>&1
-done
+# SASS of the gate/up and down kernels of the last case profiled (CHORD_SASS=1), for instruction counts.
+if [ "${CHORD_SASS:-0}" = 1 ]; then
+  for f in $(ls -t "${CHORD_CACHE_DIR:-$build/gpu-cache}"/entries/*/*.json | head -2); do
+    fam=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['descriptor']['family'])" "$f")
+    cuobjdump -sass "${f%.json}.cubin" >"$out/sass_$fam.txt" 2>&1
+  done
+fi

@@ -27,13 +27,16 @@ struct DownJobs {
   const uint8_t* w2;
   const uint8_t* w2_scale;
   float* acc_smem;  // this warp's [tokens][16]
-  int warp, row0, items, passes;  // passes: column tiles of the busiest expert
+  // Job j = (item warp + WARPS * (j >> pass_bits), column pass j & (2^pass_bits - 1)); 2^pass_bits
+  // passes cover the busiest expert (a power of two: no integer division per stage).
+  int warp, row0, items, pass_bits;
 
-  __device__ int size() const { return items > warp ? (items - warp + WARPS - 1) / WARPS * passes : 0; }
-  __device__ int expert_of(int j) const { return table.active[(warp + WARPS * (j / passes)) / K_CHUNKS]; }
+  __device__ int size() const { return items > warp ? ((items - warp + WARPS - 1) / WARPS) << pass_bits : 0; }
+  __device__ int pass_of(int j) const { return j & ((1 << pass_bits) - 1); }
+  __device__ int expert_of(int j) const { return table.active[(warp + WARPS * (j >> pass_bits)) / K_CHUNKS]; }
   __device__ bool get(int j, StreamJob& job) const {
-    const int item = warp + WARPS * (j / passes), expert = table.active[item / K_CHUNKS];
-    if ((j % passes) * kColumns >= table.count[expert]) return false;
+    const int item = warp + WARPS * (j >> pass_bits), expert = table.active[item / K_CHUNKS];
+    if (pass_of(j) * kColumns >= table.count[expert]) return false;
     const long long row = static_cast<long long>(expert) * HIDDEN + row0;
     job = {w2 + row * kRowBytes,
            w2 + (row + 8) * kRowBytes,
@@ -46,7 +49,7 @@ struct DownJobs {
     return true;
   }
   __device__ int route(int j, int c) const {
-    const int expert = expert_of(j), first = (j % passes) * kColumns, i = first + c;
+    const int expert = expert_of(j), first = pass_of(j) * kColumns, i = first + c;
     return table.routes[table.offset[expert] + (i < table.count[expert] ? i : first)];
   }
   __device__ const bf16* column(int j, int c) const { return h + static_cast<long long>(route(j, c)) * INTER; }
@@ -55,7 +58,7 @@ struct DownJobs {
   __device__ void before_columns() const { asm volatile("griddepcontrol.wait;" ::: "memory"); }
   __device__ void finish(int j, const float (&acc)[N_TILES][4]) const {
     const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    const int expert = expert_of(j), first = (j % passes) * kColumns, count = table.count[expert];
+    const int expert = expert_of(j), first = pass_of(j) * kColumns, count = table.count[expert];
 #pragma unroll
     for (int nt = 0; nt < N_TILES; ++nt) {
 #pragma unroll
@@ -76,7 +79,7 @@ struct DownJobs {
 template <int FORMAT, int HIDDEN, int INTER, int EXPERTS, int TOP_K, int MAX_TOKENS, int WARPS, int K_CHUNKS,
           int N_TILES, int SG, int STAGES, bool HAS_MAP>
 // Registers capped for 24 resident warps per SM (16 with two column tiles).
-__global__ void __launch_bounds__(32 * WARPS, (N_TILES == 1 ? 640 : 512) / (32 * WARPS))
+__global__ void __launch_bounds__(32 * WARPS, (N_TILES == 1 ? 768 : 512) / (32 * WARPS))
     down_kernel(const bf16* __restrict__ h, const float* __restrict__ topk_weights,
                 const int32_t* __restrict__ topk_ids, const int32_t* __restrict__ expert_map,
                 int32_t num_global_experts, int32_t num_tokens, const uint8_t* __restrict__ w2,
@@ -96,8 +99,10 @@ __global__ void __launch_bounds__(32 * WARPS, (N_TILES == 1 ? 640 : 512) / (32 *
                                                              num_tokens * TOP_K);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int row0 = blockIdx.x * 16;
+  int pass_bits = 0;
+  while ((8 * N_TILES << pass_bits) < table.max_count) ++pass_bits;
   Jobs jobs{table, h, topk_weights, w2, w2_scale, acc_smem + warp * MAX_TOKENS * 16, warp, row0,
-             table.num_active * K_CHUNKS, (table.max_count + 8 * N_TILES - 1) / (8 * N_TILES)};
+            table.num_active * K_CHUNKS, pass_bits};
   uint8_t* rings = reinterpret_cast<uint8_t*>(acc_smem + kAccFloats);
   WarpStream<FORMAT, N_TILES, SG, STAGES, Jobs> stream{jobs, rings + warp * STAGES * Layout::kBytes, lane};
   stream.run();

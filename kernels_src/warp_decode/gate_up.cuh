@@ -63,7 +63,7 @@ struct GateUpJobs {
 template <int FORMAT, int HIDDEN, int INTER, int EXPERTS, int TOP_K, int MAX_TOKENS, int K_SPLIT, int N_TILES, int SG,
           int STAGES, bool HAS_MAP>
 // Registers capped for 24 resident warps per SM (16 with two column tiles).
-__global__ void __launch_bounds__(32 * K_SPLIT, (N_TILES == 1 ? 640 : 512) / (32 * K_SPLIT))
+__global__ void __launch_bounds__(32 * K_SPLIT, (N_TILES == 1 ? 768 : 512) / (32 * K_SPLIT))
     gate_up_kernel(const bf16* __restrict__ x, const int32_t* __restrict__ topk_ids,
                    const int32_t* __restrict__ expert_map, int32_t num_global_experts, int32_t num_tokens,
                    const uint8_t* __restrict__ w13, const uint8_t* __restrict__ w13_scale, bf16* __restrict__ h) {

@@ -81,13 +81,13 @@ struct WarpStream {
     jobs.get(c.job, j);
     const int g0 = j.g_begin + c.stage * SG;
 #pragma unroll
-    for (int i = lane; i < 16 * kRowChunks; i += 32) {
-      const int row = i / kRowChunks, piece = i % kRowChunks;
+    for (unsigned i = lane; i < 16 * kRowChunks; i += 32) {
+      const unsigned row = i / kRowChunks, piece = i % kRowChunks;
       const uint8_t* src = (row < 8 ? j.lo : j.hi) + (row % 8) * j.row_stride + g0 * F::kGroupBytes + piece * 16;
       cp_async<16>(dst + row * L::kRowPitch + piece * 16, src);
     }
     if (lane < 16) {
-      const uint8_t* src = (lane < 8 ? j.scale_lo : j.scale_hi) + (lane % 8) * j.scale_row_stride + g0 * F::kScaleBytes;
+      const uint8_t* src = (lane < 8 ? j.scale_lo : j.scale_hi) + (lane & 7) * j.scale_row_stride + g0 * F::kScaleBytes;
       cp_async<L::kScaleRow>(dst + L::kScalesOffset + lane * L::kScaleRow, src);
     }
   }
@@ -159,7 +159,7 @@ struct WarpStream {
       cp_async_wait<STAGES - 2>();
       __syncwarp();  // every lane's copies of this stage landed; the slot refilled below is read out
       if (in.valid(jobs)) {
-        copy_stage(ring + ((slot + STAGES - 1) % STAGES) * L::kBytes, in);
+        copy_stage(ring + (slot == 0 ? STAGES - 1 : slot - 1) * L::kBytes, in);
         in.advance(jobs);
       }
       cp_async_commit();
@@ -180,7 +180,7 @@ struct WarpStream {
         for (int nt = 0; nt < N_TILES; ++nt) xb[j][nt] = xn[j][nt];
       }
       out = next;
-      slot = (slot + 1) % STAGES;
+      slot = slot + 1 == STAGES ? 0 : slot + 1;
     }
     cp_async_wait<0>();
   }
