@@ -1,20 +1,22 @@
 #include "runtime/model_plan.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "runtime/error.hpp"
 #include "runtime/ops/glue.hpp"
+#include "runtime/ops/warp_decode.hpp"
 
 namespace chordrt {
 
 namespace {
 
 const MoeModelShape kPresets[] = {
-    {"kimi-k2", 7168, 2048, 384, 8},
-    {"deepseek-v3", 7168, 2048, 256, 8},
+    {"kimi-k2", 7168, 2048, 384, 8, "int4"},
+    {"deepseek-v3", 7168, 2048, 256, 8, ""},
 };
 
 // Block sizes the routing is aligned to by the GEMM families' heuristics (decode 8..24, prefill 32..176
@@ -31,6 +33,33 @@ int json_int(const nlohmann::json& config, std::initializer_list<const char*> na
   std::string wanted;
   for (const char* n : names) wanted += fmt::format("{}\"{}\"", wanted.empty() ? "" : " or ", n);
   throw_error(CHORD_ERROR_INVALID_ARGUMENT, "model config {}: no integer {} (a MoE config is needed)", path, wanted);
+}
+
+// The warp-decode format of a config.json's quantization_config ("" when it has none of ours).
+std::string weight_format_of(const nlohmann::json& config) {
+  const nlohmann::json* q = nullptr;
+  for (const nlohmann::json* scope : {&config, config.contains("text_config") ? &config["text_config"] : nullptr}) {
+    if (scope && scope->contains("quantization_config") && (*scope)["quantization_config"].is_object()) {
+      q = &(*scope)["quantization_config"];
+      break;
+    }
+  }
+  if (!q) return "";
+  auto lower = [](std::string v) {
+    for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return v;
+  };
+  for (const char* key : {"quant_method", "quant_algo"}) {
+    if (q->contains(key) && (*q)[key].is_string() && lower((*q)[key].get<std::string>()) == "mxfp8") return "mxfp8";
+  }
+  if (q->value("quant_method", "") == "compressed-tensors" && q->contains("config_groups") &&
+      (*q)["config_groups"].is_object()) {
+    for (const auto& [name, group] : (*q)["config_groups"].items()) {
+      const auto w = group.value("weights", nlohmann::json::object());
+      if (w.value("num_bits", 0) == 4 && w.value("group_size", 0) == 32 && w.value("symmetric", false)) return "int4";
+    }
+  }
+  return "";
 }
 
 }  // namespace
@@ -79,6 +108,7 @@ MoeModelShape resolve_model(std::string_view preset_or_path) {
   m.moe_intermediate = json_int(config, {"moe_intermediate_size"}, path);
   m.num_experts = json_int(config, {"n_routed_experts", "num_experts", "num_local_experts"}, path);
   m.top_k = json_int(config, {"num_experts_per_tok", "moe_topk"}, path);
+  m.weight_format = weight_format_of(config);
   if (m.hidden <= 0 || m.moe_intermediate <= 0 || m.num_experts <= 0 || m.top_k <= 0 || m.top_k > m.num_experts) {
     throw_error(CHORD_ERROR_INVALID_ARGUMENT,
                 "model config {}: implausible MoE shape (hidden {}, moe_intermediate {}, experts {}, top-k {})", path,
@@ -109,6 +139,23 @@ std::vector<jit::Descriptor> plan_descriptors(const MoeModelShape& m, const Depl
   }
   add(ops::silu_and_mul_descriptor(arch, inter));
   add(ops::moe_combine_descriptor(arch, m.top_k, m.hidden, ep));
+  if (!m.weight_format.empty()) {
+    const heuristics::WarpDecodeShape s{m.weight_format == "int4" ? heuristics::WeightFormat::kInt4Group32
+                                                                  : heuristics::WeightFormat::kMxfp8,
+                                        m.hidden,
+                                        static_cast<int>(inter),
+                                        m.num_experts / dep.expert_parallel,
+                                        m.num_experts,
+                                        m.top_k,
+                                        ep};
+    for (int64_t tokens : heuristics::warp_decode_prewarm_tokens()) {
+      const auto gu = heuristics::select_warp_decode_gate_up(s, tokens);
+      const auto dn = heuristics::select_warp_decode_down(s, tokens);
+      if (gu.stage_groups == 0 || dn.stage_groups == 0) break;  // shape not served by warp decode
+      add(ops::warp_decode_gate_up_descriptor(arch, s, gu));
+      add(ops::warp_decode_down_descriptor(arch, s, dn));
+    }
+  }
   return out;
 }
 

@@ -16,6 +16,9 @@ struct MoeModelShape {
   int moe_intermediate = 0;
   int num_experts = 0;
   int top_k = 0;
+  // Expert weight format warp decode reads: "int4" (compressed-tensors INT4 group 32), "mxfp8", or ""
+  // (none it serves, e.g. DeepSeek's FP8 block-128 checkpoints): no warp-decode kernels are planned.
+  std::string weight_format;
 };
 
 struct Deployment {
@@ -28,11 +31,13 @@ struct Deployment {
 
 std::vector<std::string> model_preset_names();
 // A preset name, or a path to a config.json (fields hidden_size, moe_intermediate_size,
-// n_routed_experts or num_experts, num_experts_per_tok; also inside "text_config"). Throws
-// INVALID_ARGUMENT naming what is missing.
+// n_routed_experts or num_experts, num_experts_per_tok; also inside "text_config"; the weight format
+// from quantization_config: compressed-tensors 4-bit group-32 weights -> "int4", quant_method or
+// quant_algo "mxfp8" -> "mxfp8"). Throws INVALID_ARGUMENT naming what is missing.
 MoeModelShape resolve_model(std::string_view preset_or_path);
 
-// Deduplicated, in a stable order.
+// Deduplicated, in a stable order: the MoE glue kernels, then (when the model has a warp-decode weight
+// format and its shapes are supported) warp decode's gate/up and down for every batch of 1..128 tokens.
 std::vector<jit::Descriptor> plan_descriptors(const MoeModelShape& model, const Deployment& deployment, jit::Arch arch);
 
 }  // namespace chordrt

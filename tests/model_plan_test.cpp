@@ -11,6 +11,7 @@
 #include "chordrt/chordrt.hpp"
 #include "runtime/kernel_registry.hpp"
 #include "runtime/ops/glue.hpp"
+#include "runtime/ops/warp_decode.hpp"
 #include "tests/test_support.hpp"
 
 namespace fs = std::filesystem;
@@ -52,7 +53,7 @@ void check_no_duplicates(const std::vector<Descriptor>& ds) {
 TEST_CASE("model presets", "[plan]") {
   const auto names = chordrt::model_preset_names();
   for (const MoeModelShape& want :
-       {MoeModelShape{"kimi-k2", 7168, 2048, 384, 8}, MoeModelShape{"deepseek-v3", 7168, 2048, 256, 8}}) {
+       {MoeModelShape{"kimi-k2", 7168, 2048, 384, 8, "int4"}, MoeModelShape{"deepseek-v3", 7168, 2048, 256, 8, ""}}) {
     INFO(want.name);
     CHECK(std::find(names.begin(), names.end(), want.name) != names.end());
     const MoeModelShape m = chordrt::resolve_model(want.name);
@@ -61,6 +62,7 @@ TEST_CASE("model presets", "[plan]") {
     CHECK(m.moe_intermediate == want.moe_intermediate);
     CHECK(m.num_experts == want.num_experts);
     CHECK(m.top_k == want.top_k);
+    CHECK(m.weight_format == want.weight_format);
   }
 }
 
@@ -91,6 +93,23 @@ TEST_CASE("models from config.json files", "[plan]") {
     const auto m = chordrt::resolve_model(path);
     CHECK(m.num_experts == 60);
     CHECK(m.top_k == 4);
+  }
+  SECTION("the weight format from quantization_config") {
+    const auto int4 = write_file(t, "int4.json", R"({"hidden_size": 7168, "moe_intermediate_size": 2048,
+      "n_routed_experts": 384, "num_experts_per_tok": 8, "quantization_config": {"quant_method": "compressed-tensors",
+      "config_groups": {"group_0": {"weights": {"num_bits": 4, "group_size": 32, "symmetric": true}}}}})");
+    CHECK(chordrt::resolve_model(int4).weight_format == "int4");
+    const auto int8 = write_file(t, "int8.json", R"({"hidden_size": 7168, "moe_intermediate_size": 2048,
+      "n_routed_experts": 384, "num_experts_per_tok": 8, "quantization_config": {"quant_method": "compressed-tensors",
+      "config_groups": {"group_0": {"weights": {"num_bits": 8, "group_size": 32, "symmetric": true}}}}})");
+    CHECK(chordrt::resolve_model(int8).weight_format.empty());
+    const auto mx = write_file(t, "mx.json", R"({"text_config": {"hidden_size": 2048, "moe_intermediate_size": 768,
+      "num_experts": 128, "num_experts_per_tok": 8, "quantization_config": {"quant_method": "MXFP8"}}})");
+    CHECK(chordrt::resolve_model(mx).weight_format == "mxfp8");
+    const auto fp8 = write_file(t, "fp8.json", R"({"hidden_size": 7168, "moe_intermediate_size": 2048,
+      "n_routed_experts": 256, "num_experts_per_tok": 8, "quantization_config": {"quant_method": "fp8",
+      "weight_block_size": [128, 128]}})");
+    CHECK(chordrt::resolve_model(fp8).weight_format.empty());
   }
   SECTION("top-level values win over text_config") {
     const auto path = write_file(t, "config.json", R"({"hidden_size": 1024, "moe_intermediate_size": 512,
@@ -168,7 +187,27 @@ TEST_CASE("plan_descriptors for a tensor-parallel deployment", "[plan]") {
   CHECK(align.size() == 10);  // 5 block sizes x (one CTA, a cluster of 8)
   REQUIRE(silu.size() == 1);
   REQUIRE(combine.size() == 1);
-  CHECK(ds.size() == 12);
+  // Kimi K2 is an INT4 checkpoint: warp decode's kernels for 1..128 tokens, exactly what dispatch picks.
+  const auto gate_up = of_family(ds, "warp_decode.gate_up");
+  const auto down = of_family(ds, "warp_decode.down");
+  CHECK(ds.size() == 12 + gate_up.size() + down.size());
+  const chordrt::heuristics::WarpDecodeShape wd{chordrt::heuristics::WeightFormat::kInt4Group32, 7168, 256, 384, 384,
+                                                8, false};
+  for (int64_t tokens = 1; tokens <= 128; ++tokens) {
+    INFO("tokens " << tokens);
+    const auto g = chordrt::ops::warp_decode_gate_up_descriptor(
+        kHopper, wd, chordrt::heuristics::select_warp_decode_gate_up(wd, tokens));
+    const auto d = chordrt::ops::warp_decode_down_descriptor(kHopper, wd,
+                                                            chordrt::heuristics::select_warp_decode_down(wd, tokens));
+    CHECK(std::find(gate_up.begin(), gate_up.end(), g) != gate_up.end());
+    CHECK(std::find(down.begin(), down.end(), d) != down.end());
+  }
+  for (const auto& d : gate_up) {
+    CHECK(d.get("format") == 0);
+    CHECK(d.get("intermediate") == 256);
+    CHECK(d.get("experts") == 384);
+    CHECK(d.get("has_map") == 0);
+  }
   std::vector<int64_t> blocks, clusters;
   for (const auto& d : align) {
     CHECK(d.get("num_experts") == 384);
@@ -195,7 +234,7 @@ TEST_CASE("plan_descriptors for a tensor-parallel deployment", "[plan]") {
 
 TEST_CASE("plan_descriptors divides the intermediate size by TP", "[plan]") {
   // 1032 = 8 * 129: vec 8 at TP1, 258 (vec 2) at TP4, 129 (vec 1) at TP8.
-  const MoeModelShape m{"custom", 1024, 1032, 64, 4};
+  const MoeModelShape m{"custom", 1024, 1032, 64, 4, ""};
   auto silu_of = [&](const char* dep) {
     const auto s = of_family(chordrt::plan_descriptors(m, Deployment::parse(dep), kHopper), "glue.silu_and_mul");
     REQUIRE(s.size() == 1);
@@ -216,7 +255,16 @@ TEST_CASE("plan_descriptors for an expert-parallel deployment", "[plan]") {
   const MoeModelShape ds_v3 = chordrt::resolve_model("deepseek-v3");
   const auto ds = chordrt::plan_descriptors(ds_v3, Deployment::parse("ep16"), kHopper);
   check_no_duplicates(ds);
-  CHECK(ds.size() == 12);
+  CHECK(ds.size() == 12);  // FP8 block-128 weights: no warp-decode kernels
+  // Kimi K2 at EP8: 48 local experts behind an expert map over 384 ids.
+  const auto kimi_ep8 = chordrt::plan_descriptors(chordrt::resolve_model("kimi-k2"), Deployment::parse("ep8"), kHopper);
+  const auto wd_down = of_family(kimi_ep8, "warp_decode.down");
+  REQUIRE_FALSE(wd_down.empty());
+  for (const auto& d : wd_down) {
+    CHECK(d.get("experts") == 48);
+    CHECK(d.get("has_map") == 1);
+    CHECK(d.get("intermediate") == 2048);
+  }
   const auto align = of_family(ds, "glue.moe_align");
   REQUIRE(align.size() == 10);
   for (const auto& d : align) {

@@ -1,0 +1,174 @@
+// Warp decode without a GPU: its heuristics (pure functions) and the C ABI's argument validation.
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <string>
+
+#include "chordrt/chordrt.h"
+#include "heuristics/warp_decode.hpp"
+#include "runtime/driver.hpp"
+#include "runtime/kernel_registry.hpp"
+#include "runtime/ops/warp_decode.hpp"
+#include "tests/test_support.hpp"
+
+using Catch::Matchers::Contains;
+using chordrt::heuristics::WarpDecodeShape;
+using chordrt::heuristics::WeightFormat;
+using chordrt::test::kHopper;
+
+namespace {
+
+const WarpDecodeShape kKimiTp8{WeightFormat::kInt4Group32, 7168, 256, 384, 384, 8, false};
+const WarpDecodeShape kKimiEp8{WeightFormat::kInt4Group32, 7168, 2048, 48, 384, 8, true};
+const WarpDecodeShape kQwen{WeightFormat::kMxfp8, 2048, 768, 128, 128, 8, false};
+
+alignas(64) unsigned char g_host[4096];
+
+// Arguments that pass every check (host addresses: nothing is launched on them in these tests).
+chord_warp_decode_moe_args_t valid_args() {
+  chord_warp_decode_moe_args_t a{};
+  a.struct_size = sizeof a;
+  a.format = CHORD_WEIGHT_INT4_GROUP32;
+  a.num_tokens = 4;
+  a.hidden = 2048;
+  a.intermediate = 768;
+  a.num_experts = 128;
+  a.top_k = 8;
+  a.x = a.w13 = a.w13_scale = a.w2 = a.w2_scale = g_host;
+  a.topk_ids = reinterpret_cast<const int32_t*>(g_host);
+  a.topk_weights = reinterpret_cast<const float*>(g_host);
+  a.workspace = a.output = g_host;
+  a.workspace_bytes = chord_warp_decode_moe_workspace_size(4, 8, 768);
+  return a;
+}
+
+void expect_error(const chord_warp_decode_moe_args_t& a, chord_status_t want, std::initializer_list<const char*> words) {
+  CHECK(chord_warp_decode_moe(&a, nullptr) == want);
+  const std::string msg = chord_last_error();
+  for (const char* w : words) CHECK_THAT(msg, Contains(w));
+}
+
+}  // namespace
+
+TEST_CASE("warp decode token buckets and expected active experts", "[warp_decode]") {
+  using chordrt::heuristics::expected_active_experts;
+  using chordrt::heuristics::warp_decode_token_bucket;
+  CHECK(warp_decode_token_bucket(1) == 8);
+  CHECK(warp_decode_token_bucket(8) == 8);
+  CHECK(warp_decode_token_bucket(9) == 16);
+  CHECK(warp_decode_token_bucket(128) == 128);
+  // One token picks top_k distinct experts: exactly top_k active (TP), top_k / EP on average (EP).
+  CHECK(expected_active_experts(kKimiTp8, 1) == Approx(8.0));
+  CHECK(expected_active_experts(kKimiEp8, 1) == Approx(1.0));
+  // Saturates at the local expert count.
+  CHECK(expected_active_experts(kKimiEp8, 100000) == Approx(48.0));
+  CHECK(expected_active_experts(kKimiTp8, 0) == 0.0);
+}
+
+TEST_CASE("warp decode configs divide the work exactly", "[warp_decode]") {
+  using namespace chordrt::heuristics;
+  for (const WarpDecodeShape& s : {kKimiTp8, kKimiEp8, kQwen}) {
+    for (int64_t m = 1; m <= kWarpDecodeMaxTokens; ++m) {
+      INFO("hidden " << s.hidden << " inter " << s.intermediate << " tokens " << m);
+      const auto g = select_warp_decode_gate_up(s, m);
+      const auto d = select_warp_decode_down(s, m);
+      CHECK(g.max_tokens >= m);
+      CHECK(d.max_tokens == g.max_tokens);
+      REQUIRE(g.stage_groups > 0);
+      REQUIRE(d.stage_groups > 0);
+      CHECK((s.hidden / 32) % (g.k_split * g.stage_groups) == 0);
+      CHECK((s.intermediate / 32) % (d.k_chunks * d.stage_groups) == 0);
+      CHECK((g.stages >= 2 && g.stages <= 4 && d.stages >= 2 && d.stages <= 4));
+      CHECK(warp_decode_gate_up_dynamic_smem(s.format, g) <= DeviceFacts{}.max_smem_per_block_optin);
+      CHECK(warp_decode_down_dynamic_smem(s.format, d) <= DeviceFacts{}.max_smem_per_block_optin);
+      // Every config is a descriptor the family accepts.
+      const auto gd = chordrt::ops::warp_decode_gate_up_descriptor(kHopper, s, g);
+      const auto dd = chordrt::ops::warp_decode_down_descriptor(kHopper, s, d);
+      CHECK_NOTHROW(chordrt::family_of(gd).program(gd));
+      CHECK_NOTHROW(chordrt::family_of(dd).program(dd));
+    }
+  }
+  // Kimi TP8 at one token: 8 warps over 224 groups (7 stages of 4), one K chunk per expert item (8 active
+  // experts fill the 4 down warps twice over).
+  const auto g1 = select_warp_decode_gate_up(kKimiTp8, 1);
+  CHECK(g1.k_split == 8);
+  CHECK(g1.stage_groups == 4);
+  CHECK(g1.n_tiles == 1);
+  const auto d1 = select_warp_decode_down(kKimiTp8, 1);
+  CHECK(d1.k_chunks == 1);
+  // Kimi EP8 at one token: ~1 local expert, so its 64 down groups split into 4 chunks, one per warp.
+  CHECK(select_warp_decode_down(kKimiEp8, 1).k_chunks == 4);
+  // Qwen3 at 64 tokens: 4 routes per active expert, one column tile; at 128 tokens, 8 per expert.
+  CHECK(select_warp_decode_gate_up(kQwen, 64).n_tiles == 1);
+}
+
+TEST_CASE("warp decode rejects shapes its stages cannot cover", "[warp_decode]") {
+  using namespace chordrt::heuristics;
+  // MXFP8 moves a stage's scales of a row as one 4-byte piece: K/32 must be a multiple of 4.
+  const WarpDecodeShape odd{WeightFormat::kMxfp8, 2048, 192, 16, 16, 2, false};
+  CHECK(select_warp_decode_down(odd, 4).stage_groups == 0);
+  CHECK(warp_decode_min_stage_groups(WeightFormat::kMxfp8) == 4);
+  CHECK(warp_decode_min_stage_groups(WeightFormat::kInt4Group32) == 2);
+  // INT4 serves K = 192 (6 groups, stages of 2).
+  const WarpDecodeShape int4{WeightFormat::kInt4Group32, 2048, 192, 16, 16, 2, false};
+  CHECK(select_warp_decode_down(int4, 4).stage_groups == 2);
+  // Stage bytes as the kernel lays them out: 16 rows x (4 groups x 16 B + 16 B pad) + 16 x 8 B of scales.
+  CHECK(warp_decode_stage_bytes(WeightFormat::kInt4Group32, 4) == 16 * 80 + 128);
+  CHECK(warp_decode_stage_bytes(WeightFormat::kMxfp8, 4) == 16 * 160 + 64);
+}
+
+TEST_CASE("chord_warp_decode_moe argument checks", "[warp_decode][capi]") {
+  CHECK(chord_warp_decode_moe_workspace_size(4, 8, 768) == 4u * 8 * 768 * 2);
+  CHECK(chord_warp_decode_moe_workspace_size(0, 8, 768) == 0);
+  CHECK(chord_warp_decode_moe(nullptr, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(std::string(chord_last_error()), Contains("args is null"));
+  auto a = valid_args();
+  a.struct_size = 8;
+  expect_error(a, CHORD_ERROR_INVALID_ARGUMENT, {"struct_size"});
+  a = valid_args();
+  a.format = static_cast<chord_weight_format_t>(7);
+  expect_error(a, CHORD_ERROR_INVALID_ARGUMENT, {"weight format 7"});
+  a = valid_args();
+  a.num_tokens = 129;
+  expect_error(a, CHORD_ERROR_INVALID_ARGUMENT, {"num_tokens", "128"});
+  a = valid_args();
+  a.hidden = 2000;
+  expect_error(a, CHORD_ERROR_INVALID_ARGUMENT, {"multiples of the group size 32", "2000"});
+  a = valid_args();
+  a.format = CHORD_WEIGHT_MXFP8;
+  a.intermediate = 96;
+  expect_error(a, CHORD_ERROR_UNSUPPORTED, {"MXFP8", "multiples of 128", "96"});
+  a = valid_args();
+  a.top_k = 0;
+  expect_error(a, CHORD_ERROR_INVALID_ARGUMENT, {"top_k"});
+  a = valid_args();
+  a.w2 = nullptr;
+  expect_error(a, CHORD_ERROR_INVALID_ARGUMENT, {"w2 is null"});
+  a = valid_args();
+  a.x = g_host + 2;
+  expect_error(a, CHORD_ERROR_INVALID_ARGUMENT, {"x must be 16-byte aligned"});
+  a = valid_args();
+  a.workspace_bytes -= 1;
+  expect_error(a, CHORD_ERROR_INVALID_ARGUMENT, {"workspace", "49152"});
+  a = valid_args();
+  a.expert_map = reinterpret_cast<const int32_t*>(g_host);
+  a.num_global_experts = 0;
+  expect_error(a, CHORD_ERROR_INVALID_ARGUMENT, {"num_global_experts"});
+  // No tokens: nothing is read or written, null data pointers are fine.
+  a = chord_warp_decode_moe_args_t{};
+  a.struct_size = sizeof a;
+  a.hidden = 2048;
+  a.intermediate = 768;
+  a.num_experts = 128;
+  a.top_k = 8;
+  CHECK(chord_warp_decode_moe(&a, nullptr) == CHORD_SUCCESS);
+}
+
+TEST_CASE("chord_warp_decode_moe in compile-only mode", "[warp_decode][capi]") {
+  if (chordrt::driver().state == chordrt::DriverState::kReady) {
+    SUCCEED("a CUDA driver is ready: the GPU tests cover real launches");
+    return;
+  }
+  const auto a = valid_args();
+  const chord_status_t s = chord_warp_decode_moe(&a, nullptr);
+  CHECK((s == CHORD_ERROR_NO_DRIVER || s == CHORD_ERROR_NO_DEVICE));
+}
