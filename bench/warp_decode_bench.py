@@ -167,6 +167,8 @@ def main():
     ap.add_argument("--profile", help="NAME,FORMAT,M: run that case a few times, untimed")
     ap.add_argument("--quick", action="store_true", help="fewer sets and token counts")
     ap.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated subset of the shapes")
+    ap.add_argument("--formats", default=",".join(mr.FORMATS), help="comma-separated subset of the formats")
+    ap.add_argument("--tokens", help="comma-separated token counts (default: all, or 1,8,32 with --quick)")
     args = ap.parse_args()
     torch.manual_seed(0)
     if args.profile:
@@ -177,9 +179,11 @@ def main():
     print(f"ceilings: copy {ceil['copy_tbps']:.2f} TB/s, stream read {ceil['stream_read_tbps']:.2f} TB/s, "
           f"dense BF16 {ceil['dense_bf16_tflops']:.0f} TFLOP/s", flush=True)
     tokens = (1, 8, 32) if args.quick else TOKENS
+    if args.tokens:
+        tokens = tuple(int(t) for t in args.tokens.split(","))
     rows = []
     for name in args.shapes.split(","):
-        for fmt in mr.FORMATS:
+        for fmt in args.formats.split(","):
             rows += bench_shape(name, fmt, tokens, ceil, args.quick)
     result = {"device": torch.cuda.get_device_name(), "ceilings": ceil, "results": rows}
     with open(args.json, "w") as f:

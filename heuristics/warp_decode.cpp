@@ -1,6 +1,7 @@
 #include "heuristics/warp_decode.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 
 namespace chordrt::heuristics {
@@ -88,6 +89,41 @@ int warp_decode_gate_up_dynamic_smem(WeightFormat f, const WarpDecodeGateUpConfi
 
 int warp_decode_down_dynamic_smem(WeightFormat f, const WarpDecodeDownConfig& c) {
   return c.warps * c.max_tokens * 16 * 4 + c.warps * c.stages * warp_decode_stage_bytes(f, c.stage_groups);
+}
+
+std::string apply_warp_decode_override(std::string_view spec, WarpDecodeGateUpConfig& g, WarpDecodeDownConfig& d) {
+  while (!spec.empty()) {
+    const size_t comma = spec.find(',');
+    const std::string_view item = spec.substr(0, comma);
+    spec = comma == std::string_view::npos ? std::string_view() : spec.substr(comma + 1);
+    const size_t dot = item.find('.'), eq = item.find('=');
+    if (dot == std::string_view::npos || eq == std::string_view::npos || eq < dot) {
+      return "expected kernel.field=value, got \"" + std::string(item) + "\"";
+    }
+    const std::string_view kernel = item.substr(0, dot), field = item.substr(dot + 1, eq - dot - 1);
+    int value = 0;
+    const std::string_view digits = item.substr(eq + 1);
+    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+    if (ec != std::errc() || end != digits.data() + digits.size()) {
+      return "bad value in \"" + std::string(item) + "\"";
+    }
+    int* target = nullptr;
+    if (kernel == "gate_up") {
+      if (field == "k_split") target = &g.k_split;
+      if (field == "n_tiles") target = &g.n_tiles;
+      if (field == "stage_groups") target = &g.stage_groups;
+      if (field == "stages") target = &g.stages;
+    } else if (kernel == "down") {
+      if (field == "warps") target = &d.warps;
+      if (field == "k_chunks") target = &d.k_chunks;
+      if (field == "n_tiles") target = &d.n_tiles;
+      if (field == "stage_groups") target = &d.stage_groups;
+      if (field == "stages") target = &d.stages;
+    }
+    if (!target) return "unknown key \"" + std::string(item.substr(0, eq)) + "\"";
+    *target = value;
+  }
+  return "";
 }
 
 std::vector<int64_t> warp_decode_prewarm_tokens() {

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "heuristics/device_facts.hpp"
@@ -62,6 +64,11 @@ int warp_decode_stage_bytes(WeightFormat f, int stage_groups);
 int warp_decode_gate_up_dynamic_smem(WeightFormat f, const WarpDecodeGateUpConfig& c);
 // Per-warp accumulators ([warps][max_tokens][16] FP32) then the rings.
 int warp_decode_down_dynamic_smem(WeightFormat f, const WarpDecodeDownConfig& c);
+// Applies "kernel.field=value,..." (kernel: gate_up or down; fields: k_split, n_tiles, stage_groups,
+// stages, warps, k_chunks) to the configs, for experiments. Returns an error message for an unknown key
+// or a malformed pair ("" on success); the kernel family still validates the result.
+std::string apply_warp_decode_override(std::string_view spec, WarpDecodeGateUpConfig& gate_up,
+                                       WarpDecodeDownConfig& down);
 // Every token count the path serves (1..kWarpDecodeMaxTokens): a prewarm compiles their distinct configs.
 std::vector<int64_t> warp_decode_prewarm_tokens();
 

@@ -5,6 +5,8 @@
 //   CHORD_JIT_STRICT=1    a kernel found in no cache layer at run time is an error, not a compile
 //   CHORD_RECORD_MISSES   file to which every run-time miss is appended as a JSON line
 //   CHORD_LOG_LEVEL       trace, debug, info, warn (default), error, off (read by runtime/logging.cpp)
+//   CHORD_WARP_DECODE_CONFIG  experiments: overrides of the warp-decode heuristics, e.g.
+//                         "gate_up.stages=4,down.warps=8" (keys in heuristics/warp_decode.hpp)
 #pragma once
 
 #include <cstdint>
@@ -20,6 +22,7 @@ struct EnvConfig {
   uint64_t cache_max_bytes = 0;
   bool strict = false;
   std::string record_misses;
+  std::string warp_decode_override;
 
   static EnvConfig from_environment();
 };

@@ -172,3 +172,17 @@ TEST_CASE("chord_warp_decode_moe in compile-only mode", "[warp_decode][capi]") {
   const chord_status_t s = chord_warp_decode_moe(&a, nullptr);
   CHECK((s == CHORD_ERROR_NO_DRIVER || s == CHORD_ERROR_NO_DEVICE));
 }
+
+TEST_CASE("warp decode config overrides for experiments", "[warp_decode]") {
+  using namespace chordrt::heuristics;
+  auto g = select_warp_decode_gate_up(kKimiTp8, 8);
+  auto d = select_warp_decode_down(kKimiTp8, 8);
+  CHECK(apply_warp_decode_override("gate_up.stages=3,down.warps=8,down.k_chunks=2", g, d).empty());
+  CHECK(g.stages == 3);
+  CHECK(d.warps == 8);
+  CHECK(d.k_chunks == 2);
+  CHECK(apply_warp_decode_override("", g, d).empty());
+  CHECK_THAT(apply_warp_decode_override("gate_up.warps=8", g, d), Contains("unknown key \"gate_up.warps\""));
+  CHECK_THAT(apply_warp_decode_override("down.stages=x", g, d), Contains("bad value"));
+  CHECK_THAT(apply_warp_decode_override("stages=3", g, d), Contains("kernel.field=value"));
+}

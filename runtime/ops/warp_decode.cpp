@@ -1,6 +1,7 @@
 // warp_decode_moe: validate -> descriptors (gate/up, down) -> kernels -> two launches.
 #include "runtime/ops/warp_decode.hpp"
 
+#include "runtime/env_config.hpp"
 #include "runtime/jit_runtime.hpp"
 #include "runtime/launch.hpp"
 #include "runtime/ops/validate.hpp"
@@ -34,11 +35,11 @@ void check_common(const jit::Descriptor& d) {
 }
 
 // Stage groups: even, at least the format's minimum, at most 8 (a row's scales move as one <= 16-byte
-// piece), dividing `groups_per_part`; 2..4 stages.
+// piece), dividing `groups_per_part`; 2..8 stages.
 bool stages_ok(const jit::Descriptor& d, int64_t groups_per_part, int64_t sg, int64_t stages) {
   const auto f = static_cast<heuristics::WeightFormat>(d[0]);
   return sg >= heuristics::warp_decode_min_stage_groups(f) && sg <= 8 && sg % 2 == 0 && groups_per_part % sg == 0 &&
-         stages >= 2 && stages <= 4;
+         stages >= 2 && stages <= 8;
 }
 
 KernelProgram gate_up_program(const jit::Descriptor& d) {
@@ -49,7 +50,7 @@ KernelProgram gate_up_program(const jit::Descriptor& d) {
       !stages_ok(d, groups / k_split, sg, stages)) {
     throw_error(CHORD_ERROR_INVALID_ARGUMENT,
                 "{}: k_split must divide hidden / 32 into whole stages of stage_groups, n_tiles in [1, 4], stages in "
-                "[2, 4]",
+                "[2, 8]",
                 jit::to_string(d));
   }
   KernelProgram p;
@@ -73,7 +74,7 @@ KernelProgram down_program(const jit::Descriptor& d) {
       !stages_ok(d, groups / k_chunks, sg, stages)) {
     throw_error(CHORD_ERROR_INVALID_ARGUMENT,
                 "{}: k_chunks must divide intermediate / 32 into whole stages of stage_groups, n_tiles in [1, 4], "
-                "stages in [2, 4]",
+                "stages in [2, 8]",
                 jit::to_string(d));
   }
   KernelProgram p;
@@ -183,8 +184,13 @@ void warp_decode_moe(const WarpDecodeMoeArgs& a, CUstream stream) {
                           a.expert_map != nullptr};
   JitRuntime& rt = JitRuntime::global();
   const ContextState& ctx = rt.context_for(stream);
-  const auto gu = heuristics::select_warp_decode_gate_up(s, a.num_tokens, ctx.facts);
-  const auto dn = heuristics::select_warp_decode_down(s, a.num_tokens, ctx.facts);
+  auto gu = heuristics::select_warp_decode_gate_up(s, a.num_tokens, ctx.facts);
+  auto dn = heuristics::select_warp_decode_down(s, a.num_tokens, ctx.facts);
+  if (const std::string& spec = env_config().warp_decode_override; !spec.empty()) {
+    if (const std::string err = heuristics::apply_warp_decode_override(spec, gu, dn); !err.empty()) {
+      throw_error(CHORD_ERROR_INVALID_ARGUMENT, "{}: CHORD_WARP_DECODE_CONFIG: {}", op, err);
+    }
+  }
   const LoadedKernel& gate_up = rt.kernel(ops::warp_decode_gate_up_descriptor(ctx.facts.arch, s, gu), ctx, stream);
   const LoadedKernel& down = rt.kernel(ops::warp_decode_down_descriptor(ctx.facts.arch, s, dn), ctx, stream);
 
