@@ -61,8 +61,8 @@ WarpDecodeGateUpConfig select_warp_decode_gate_up(const WarpDecodeShape& s, int6
 }
 
 WarpDecodeDownConfig select_warp_decode_down(const WarpDecodeShape& s, int64_t tokens, const DeviceFacts&) {
-  // 4 warps: a 16-row CTA is small, so many fit an SM and 7168 rows (448 CTAs) make one wave.
-  constexpr int kWarps = 4;
+  // 8 warps: measured 11-13% faster than 4 for Kimi TP8 at 8-32 tokens, equal for EP8 (sweep on the H200).
+  constexpr int kWarps = 8;
   const int groups = s.intermediate / 32;
   const double active = std::max(1.0, expected_active_experts(s, tokens));
   const int wanted = std::clamp(static_cast<int>(std::ceil(kWarps / active)), 1, kWarps);
@@ -71,7 +71,7 @@ WarpDecodeDownConfig select_warp_decode_down(const WarpDecodeShape& s, int64_t t
   if (max_chunks < wanted) max_chunks *= 2;
   const Split split = split_groups(s.format, groups, max_chunks);
   return {warp_decode_token_bucket(tokens), kWarps, split.parts, column_tiles(s, tokens), split.stage_groups,
-          ring_stages(s.format, kWarps, split.stage_groups, 32 << 10)};
+          ring_stages(s.format, kWarps, split.stage_groups, 48 << 10)};
 }
 
 int warp_decode_min_stage_groups(WeightFormat f) { return f == WeightFormat::kInt4Group32 ? 2 : 4; }

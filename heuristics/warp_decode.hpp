@@ -53,8 +53,8 @@ struct WarpDecodeDownConfig {
 // give thousands of warps), 128-byte staged rows where the split allows, 2..4 stages within 64 KB.
 WarpDecodeGateUpConfig select_warp_decode_gate_up(const WarpDecodeShape& s, int64_t tokens,
                                                   const DeviceFacts& facts = {});
-// Down: a CTA per 16 output rows, 4 warps; K chunks so that (expected active experts x chunks) gives
-// every warp an item; rings within 32 KB.
+// Down: a CTA per 16 output rows, 8 warps; K chunks so that (expected active experts x chunks) gives
+// every warp an item; rings within 48 KB.
 WarpDecodeDownConfig select_warp_decode_down(const WarpDecodeShape& s, int64_t tokens, const DeviceFacts& facts = {});
 // Groups of 32 per stage the format needs to divide K/32 (INT4 2, MXFP8 4: a stage's scales of one row
 // are copied as one 4..16-byte piece).

@@ -88,15 +88,15 @@ TEST_CASE("warp decode configs divide the work exactly", "[warp_decode]") {
     }
   }
   // Kimi TP8 at one token: 8 warps over 224 groups (7 stages of 4), one K chunk per expert item (8 active
-  // experts fill the 4 down warps twice over).
+  // experts fill the 8 down warps).
   const auto g1 = select_warp_decode_gate_up(kKimiTp8, 1);
   CHECK(g1.k_split == 8);
   CHECK(g1.stage_groups == 4);
   CHECK(g1.n_tiles == 1);
   const auto d1 = select_warp_decode_down(kKimiTp8, 1);
   CHECK(d1.k_chunks == 1);
-  // Kimi EP8 at one token: ~1 local expert, so its 64 down groups split into 4 chunks, one per warp.
-  CHECK(select_warp_decode_down(kKimiEp8, 1).k_chunks == 4);
+  // Kimi EP8 at one token: ~1 local expert, so its 64 down groups split into 8 chunks, one per warp.
+  CHECK(select_warp_decode_down(kKimiEp8, 1).k_chunks == 8);
   // Qwen3 at 64 tokens: 4 routes per active expert, one column tile; at 128 tokens, 8 per expert.
   CHECK(select_warp_decode_gate_up(kQwen, 64).n_tiles == 1);
 }
