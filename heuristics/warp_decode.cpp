@@ -27,9 +27,9 @@ Split split_groups(WeightFormat f, int groups, int max_parts) {
 }
 
 // Ring depth: as many stages (2..4) as keep the CTA's rings within `budget` bytes.
-int ring_stages(WeightFormat f, int warps, int stage_groups, int budget) {
+int ring_stages(WeightFormat f, int warps, int stage_groups, int row_tiles, int budget) {
   if (stage_groups == 0) return 2;
-  const int per_stage = warps * warp_decode_stage_bytes(f, stage_groups);
+  const int per_stage = warps * warp_decode_stage_bytes(f, stage_groups, row_tiles);
   return std::clamp(budget / per_stage, 2, 4);
 }
 
@@ -54,13 +54,23 @@ double expected_active_experts(const WarpDecodeShape& s, int64_t tokens) {
   return s.experts * (1.0 - std::pow(1.0 - p, static_cast<double>(tokens)));
 }
 
-WarpDecodeGateUpConfig select_warp_decode_gate_up(const WarpDecodeShape& s, int64_t tokens, const DeviceFacts&) {
-  const Split split = split_groups(s.format, s.hidden / 32, 8);
-  return {warp_decode_token_bucket(tokens), split.parts, column_tiles(s, tokens), split.stage_groups,
-          ring_stages(s.format, split.parts, split.stage_groups, 64 << 10)};
+// Two row tiles per CTA halve the activation work per weight byte, but also the CTAs: only when the
+// grid keeps at least 16 warps per SM with them.
+int row_tiles(int64_t units_of_two_tiles, int warps_per_unit, const DeviceFacts& facts) {
+  return units_of_two_tiles * warps_per_unit >= 16LL * facts.sm_count ? 2 : 1;
 }
 
-WarpDecodeDownConfig select_warp_decode_down(const WarpDecodeShape& s, int64_t tokens, const DeviceFacts&) {
+WarpDecodeGateUpConfig select_warp_decode_gate_up(const WarpDecodeShape& s, int64_t tokens, const DeviceFacts& facts) {
+  const Split split = split_groups(s.format, s.hidden / 32, 8);
+  const double active = expected_active_experts(s, tokens);
+  const int rt = s.intermediate % 16 == 0
+                     ? row_tiles(static_cast<int64_t>(s.intermediate / 16 * active), split.parts, facts)
+                     : 1;
+  return {warp_decode_token_bucket(tokens), split.parts, rt, column_tiles(s, tokens), split.stage_groups,
+          ring_stages(s.format, split.parts, split.stage_groups, rt, 64 << 10)};
+}
+
+WarpDecodeDownConfig select_warp_decode_down(const WarpDecodeShape& s, int64_t tokens, const DeviceFacts& facts) {
   // 8 warps: measured 11-13% faster than 4 for Kimi TP8 at 8-32 tokens, equal for EP8 (sweep on the H200).
   constexpr int kWarps = 8;
   const int groups = s.intermediate / 32;
@@ -70,25 +80,30 @@ WarpDecodeDownConfig select_warp_decode_down(const WarpDecodeShape& s, int64_t t
   while (max_chunks * 2 <= wanted) max_chunks *= 2;
   if (max_chunks < wanted) max_chunks *= 2;
   const Split split = split_groups(s.format, groups, max_chunks);
-  return {warp_decode_token_bucket(tokens), kWarps, split.parts, column_tiles(s, tokens), split.stage_groups,
-          ring_stages(s.format, kWarps, split.stage_groups, 48 << 10)};
+  // A down CTA walks every active expert: two row tiles when that list is long enough for the CTA's warps
+  // (and the halved grid still fills the SMs).
+  const int rt = s.hidden % 32 == 0 && active >= 2 * kWarps ? row_tiles(s.hidden / 32, kWarps, facts) : 1;
+  return {warp_decode_token_bucket(tokens), kWarps, split.parts, rt, column_tiles(s, tokens), split.stage_groups,
+          ring_stages(s.format, kWarps, split.stage_groups, rt, 48 << 10)};
 }
 
 int warp_decode_min_stage_groups(WeightFormat f) { return f == WeightFormat::kInt4Group32 ? 2 : 4; }
 
-int warp_decode_stage_bytes(WeightFormat f, int stage_groups) {
+int warp_decode_stage_bytes(WeightFormat f, int stage_groups, int row_tiles) {
   const bool int4 = f == WeightFormat::kInt4Group32;
   const int group_bytes = int4 ? 16 : 32, scale_bytes = int4 ? 2 : 1, row_pad = int4 ? 16 : 32;
-  const int bytes = 16 * (stage_groups * group_bytes + row_pad) + 16 * stage_groups * scale_bytes;
+  const int rows = 16 * row_tiles;
+  const int bytes = rows * (stage_groups * group_bytes + row_pad) + rows * stage_groups * scale_bytes;
   return (bytes + 15) / 16 * 16;
 }
 
 int warp_decode_gate_up_dynamic_smem(WeightFormat f, const WarpDecodeGateUpConfig& c) {
-  return c.k_split * c.stages * warp_decode_stage_bytes(f, c.stage_groups);
+  return c.k_split * c.stages * warp_decode_stage_bytes(f, c.stage_groups, c.row_tiles);
 }
 
 int warp_decode_down_dynamic_smem(WeightFormat f, const WarpDecodeDownConfig& c) {
-  return c.warps * c.max_tokens * 16 * 4 + c.warps * c.stages * warp_decode_stage_bytes(f, c.stage_groups);
+  return c.warps * c.max_tokens * 16 * c.row_tiles * 4 +
+         c.warps * c.stages * warp_decode_stage_bytes(f, c.stage_groups, c.row_tiles);
 }
 
 std::string apply_warp_decode_override(std::string_view spec, WarpDecodeGateUpConfig& g, WarpDecodeDownConfig& d) {
@@ -110,12 +125,14 @@ std::string apply_warp_decode_override(std::string_view spec, WarpDecodeGateUpCo
     int* target = nullptr;
     if (kernel == "gate_up") {
       if (field == "k_split") target = &g.k_split;
+      if (field == "row_tiles") target = &g.row_tiles;
       if (field == "n_tiles") target = &g.n_tiles;
       if (field == "stage_groups") target = &g.stage_groups;
       if (field == "stages") target = &g.stages;
     } else if (kernel == "down") {
       if (field == "warps") target = &d.warps;
       if (field == "k_chunks") target = &d.k_chunks;
+      if (field == "row_tiles") target = &d.row_tiles;
       if (field == "n_tiles") target = &d.n_tiles;
       if (field == "stage_groups") target = &d.stage_groups;
       if (field == "stages") target = &d.stages;

@@ -36,6 +36,7 @@ double expected_active_experts(const WarpDecodeShape& s, int64_t tokens);
 struct WarpDecodeGateUpConfig {
   int max_tokens;    // token bucket (route table capacity = max_tokens * top_k)
   int k_split;       // warps per CTA, splitting H
+  int row_tiles;     // 16-row tiles (8 neurons each) per CTA, sharing the activation fragments
   int n_tiles;       // 8-route MMA column tiles per pass over the weights
   int stage_groups;  // groups of 32 K values per shared-memory stage; 0 = shape not supported
   int stages;        // ring depth per warp (stages - 1 in flight)
@@ -44,6 +45,7 @@ struct WarpDecodeDownConfig {
   int max_tokens;
   int warps;     // per CTA (16 output rows)
   int k_chunks;  // I split into this many work items per expert, so few experts still fill the warps
+  int row_tiles; // 16-row tiles per CTA
   int n_tiles;
   int stage_groups;
   int stages;
@@ -60,9 +62,9 @@ WarpDecodeDownConfig select_warp_decode_down(const WarpDecodeShape& s, int64_t t
 // are copied as one 4..16-byte piece).
 int warp_decode_min_stage_groups(WeightFormat f);
 // One stage of a warp's ring, as kernels_src/warp_decode/warp_stream.cuh lays it out.
-int warp_decode_stage_bytes(WeightFormat f, int stage_groups);
+int warp_decode_stage_bytes(WeightFormat f, int stage_groups, int row_tiles = 1);
 int warp_decode_gate_up_dynamic_smem(WeightFormat f, const WarpDecodeGateUpConfig& c);
-// Per-warp accumulators ([warps][max_tokens][16] FP32) then the rings.
+// Per-warp accumulators ([warps][max_tokens][16 * row_tiles] FP32) then the rings.
 int warp_decode_down_dynamic_smem(WeightFormat f, const WarpDecodeDownConfig& c);
 // Applies "kernel.field=value,..." (kernel: gate_up or down; fields: k_split, n_tiles, stage_groups,
 // stages, warps, k_chunks) to the configs, for experiments. Returns an error message for an unknown key

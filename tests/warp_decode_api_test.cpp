@@ -93,6 +93,12 @@ TEST_CASE("warp decode configs divide the work exactly", "[warp_decode]") {
   CHECK(g1.k_split == 8);
   CHECK(g1.stage_groups == 4);
   CHECK(g1.n_tiles == 1);
+  // One token: 8 experts x 32 CTAs of 8 warps is already under 16 warps per SM, so one row tile; at 32
+  // tokens (~187 active experts) two row tiles per CTA still leave thousands of warps.
+  CHECK(g1.row_tiles == 1);
+  CHECK(select_warp_decode_gate_up(kKimiTp8, 32).row_tiles == 2);
+  // Down: 7168 rows in 32-row CTAs would be 224 CTAs x 8 warps, under 16 warps per SM: one row tile.
+  CHECK(select_warp_decode_down(kKimiTp8, 32).row_tiles == 1);
   const auto d1 = select_warp_decode_down(kKimiTp8, 1);
   CHECK(d1.k_chunks == 1);
   // Kimi EP8 at one token: ~1 local expert, so its 64 down groups split into 8 chunks, one per warp.

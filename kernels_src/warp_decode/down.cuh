@@ -1,8 +1,8 @@
 // Warp-decode down projection with the top-k combine folded in:
 // out[t, n] = sum over t's routes r (local expert e, weight w_r) of w_r * (h[r] . down[e, n]), FP32, BF16 out.
 //
-// CTA blockIdx.x owns 16 output rows for every token. Its work items are (active expert, K chunk); warp
-// w takes items w, w + WARPS, ... and streams each item's 16 weight rows once for all routes of that
+// CTA blockIdx.x owns 16 * ROW_TILES output rows for every token. Its work items are (active expert, K
+// chunk); warp w takes items w, w + WARPS, ... and streams each item's rows once for all routes of that
 // expert (the MMA columns; more than 8 * N_TILES routes take more passes). Each partial, scaled by its
 // route's weight, is added into the warp's own [token][row] FP32 accumulator in shared memory
 // (atomically: a token may route twice to one expert). The warps' accumulators are summed in a fixed
@@ -16,17 +16,17 @@
 namespace chord::warp_decode {
 
 template <int FORMAT, int HIDDEN, int INTER, int EXPERTS, int TOP_K, int CAPACITY, int WARPS, int K_CHUNKS,
-          int N_TILES, int SG>
+          int ROW_TILES, int N_TILES, int SG>
 struct DownJobs {
   using F = WeightFormat<FORMAT>;
-  static constexpr int kColumns = 8 * N_TILES, kGroupsPerItem = INTER / 32 / K_CHUNKS;
+  static constexpr int kColumns = 8 * N_TILES, kGroupsPerItem = INTER / 32 / K_CHUNKS, kRows = 16 * ROW_TILES;
   static constexpr long long kRowBytes = F::row_bytes(INTER), kScaleRowBytes = F::scale_row_bytes(INTER);
   const RouteTable<EXPERTS, CAPACITY>& table;
   const bf16* h;
   const float* topk_weights;
   const uint8_t* w2;
   const uint8_t* w2_scale;
-  float* acc_smem;  // this warp's [tokens][16]
+  float* acc_smem;  // this warp's [tokens][kRows]
   // Job j = (item warp + WARPS * (j >> pass_bits), column pass j & (2^pass_bits - 1)); 2^pass_bits
   // passes cover the busiest expert (a power of two: no integer division per stage).
   int warp, row0, items, pass_bits;
@@ -41,9 +41,11 @@ struct DownJobs {
     job = {w2 + row * kRowBytes,
            w2 + (row + 8) * kRowBytes,
            kRowBytes,
+           16 * kRowBytes,
            w2_scale + row * kScaleRowBytes,
            w2_scale + (row + 8) * kScaleRowBytes,
            kScaleRowBytes,
+           16 * kScaleRowBytes,
            (item % K_CHUNKS) * kGroupsPerItem,
            kGroupsPerItem / SG};
     return true;
@@ -56,7 +58,7 @@ struct DownJobs {
   // h comes from the gate/up kernel launched just before (programmatic dependent launch); the weight
   // stages already in flight do not depend on it.
   __device__ void before_columns() const { asm volatile("griddepcontrol.wait;" ::: "memory"); }
-  __device__ void finish(int j, const float (&acc)[N_TILES][4]) const {
+  __device__ void finish(int j, const float (&acc)[ROW_TILES][N_TILES][4]) const {
     const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int expert = expert_of(j), first = pass_of(j) * kColumns, count = table.count[expert];
 #pragma unroll
@@ -67,9 +69,12 @@ struct DownJobs {
         if (first + c < count) {
           const int r = route(j, c);
           const float w = __ldg(topk_weights + r);
-          float* a = acc_smem + (r / TOP_K) * 16;
-          atomicAdd(a + g, w * acc[nt][p]);
-          atomicAdd(a + g + 8, w * acc[nt][p + 2]);
+          float* a = acc_smem + (r / TOP_K) * kRows;
+#pragma unroll
+          for (int rt = 0; rt < ROW_TILES; ++rt) {
+            atomicAdd(a + 16 * rt + g, w * acc[rt][nt][p]);
+            atomicAdd(a + 16 * rt + g + 8, w * acc[rt][nt][p + 2]);
+          }
         }
       }
     }
@@ -77,41 +82,41 @@ struct DownJobs {
 };
 
 template <int FORMAT, int HIDDEN, int INTER, int EXPERTS, int TOP_K, int MAX_TOKENS, int WARPS, int K_CHUNKS,
-          int N_TILES, int SG, int STAGES, bool HAS_MAP>
-// Registers capped for 24 resident warps per SM (16 with two column tiles).
-__global__ void __launch_bounds__(32 * WARPS, (N_TILES == 1 ? 768 : 512) / (32 * WARPS))
+          int ROW_TILES, int N_TILES, int SG, int STAGES, bool HAS_MAP>
+// Registers capped for 24 resident warps per SM (16 with two row or column tiles).
+__global__ void __launch_bounds__(32 * WARPS, (N_TILES * ROW_TILES == 1 ? 768 : 512) / (32 * WARPS))
     down_kernel(const bf16* __restrict__ h, const float* __restrict__ topk_weights,
                 const int32_t* __restrict__ topk_ids, const int32_t* __restrict__ expert_map,
                 int32_t num_global_experts, int32_t num_tokens, const uint8_t* __restrict__ w2,
                 const uint8_t* __restrict__ w2_scale, bf16* __restrict__ out) {
-  using Layout = StageLayout<FORMAT, SG>;
-  constexpr int kCapacity = MAX_TOKENS * TOP_K;
-  using Jobs = DownJobs<FORMAT, HIDDEN, INTER, EXPERTS, TOP_K, kCapacity, WARPS, K_CHUNKS, N_TILES, SG>;
+  using Layout = StageLayout<FORMAT, SG, ROW_TILES>;
+  constexpr int kCapacity = MAX_TOKENS * TOP_K, kRows = 16 * ROW_TILES;
+  using Jobs = DownJobs<FORMAT, HIDDEN, INTER, EXPERTS, TOP_K, kCapacity, WARPS, K_CHUNKS, ROW_TILES, N_TILES, SG>;
   static_assert(INTER % 32 == 0 && (INTER / 32) % K_CHUNKS == 0 && (INTER / 32 / K_CHUNKS) % SG == 0, "bad K split");
-  static_assert(HIDDEN % 16 == 0, "output rows come in blocks of 16");
-  constexpr int kAccFloats = WARPS * MAX_TOKENS * 16;
+  static_assert(HIDDEN % kRows == 0, "output rows come in blocks of 16 per row tile");
+  constexpr int kAccFloats = WARPS * MAX_TOKENS * kRows;
 
   __shared__ RouteTable<EXPERTS, kCapacity> table;
-  extern __shared__ __align__(16) float acc_smem[];  // [WARPS][MAX_TOKENS][16], then WARPS rings
+  extern __shared__ __align__(16) float acc_smem[];  // [WARPS][MAX_TOKENS][kRows], then WARPS rings
   if (dynamic_smem_size() < kAccFloats * 4 + WARPS * STAGES * Layout::kBytes) __trap();
   for (int i = threadIdx.x; i < kAccFloats; i += 32 * WARPS) acc_smem[i] = 0.0f;
   build_route_table<EXPERTS, kCapacity, 32 * WARPS, HAS_MAP>(table, topk_ids, expert_map, num_global_experts,
                                                              num_tokens * TOP_K);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int row0 = blockIdx.x * 16;
+  const int row0 = blockIdx.x * kRows;
   int pass_bits = 0;
   while ((8 * N_TILES << pass_bits) < table.max_count) ++pass_bits;
-  Jobs jobs{table, h, topk_weights, w2, w2_scale, acc_smem + warp * MAX_TOKENS * 16, warp, row0,
+  Jobs jobs{table, h, topk_weights, w2, w2_scale, acc_smem + warp * MAX_TOKENS * kRows, warp, row0,
             table.num_active * K_CHUNKS, pass_bits};
   uint8_t* rings = reinterpret_cast<uint8_t*>(acc_smem + kAccFloats);
-  WarpStream<FORMAT, N_TILES, SG, STAGES, Jobs> stream{jobs, rings + warp * STAGES * Layout::kBytes, lane};
+  WarpStream<FORMAT, ROW_TILES, N_TILES, SG, STAGES, Jobs> stream{jobs, rings + warp * STAGES * Layout::kBytes, lane};
   stream.run();
   __syncthreads();
-  for (int i = threadIdx.x; i < num_tokens * 16; i += 32 * WARPS) {
+  for (int i = threadIdx.x; i < num_tokens * kRows; i += 32 * WARPS) {
     float s = 0.0f;
 #pragma unroll
-    for (int w = 0; w < WARPS; ++w) s += acc_smem[w * MAX_TOKENS * 16 + i];
-    out[static_cast<long long>(i / 16) * HIDDEN + row0 + i % 16] = to_bf16(s);
+    for (int w = 0; w < WARPS; ++w) s += acc_smem[w * MAX_TOKENS * kRows + i];
+    out[static_cast<long long>(i / kRows) * HIDDEN + row0 + i % kRows] = to_bf16(s);
   }
 }
 

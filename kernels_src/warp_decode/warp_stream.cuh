@@ -1,20 +1,23 @@
-// The loop both warp-decode kernels run: one warp streams 16 weight rows at a time through a private
-// ring of shared-memory stages (cp.async, STAGES - 1 stages in flight) and multiplies them with up to
-// 8 * N_TILES BF16 activation columns on mma.sync.
+// The loop both warp-decode kernels run: one warp streams 16 * ROW_TILES weight rows at a time through a
+// private ring of shared-memory stages (cp.async, STAGES - 1 stages in flight) and multiplies them with
+// up to 8 * N_TILES BF16 activation columns on mma.sync. Two row tiles share one set of activation
+// fragments (loads, permutes, the INT4 offset MMA) and the per-stage bookkeeping.
 //
 // Why shared memory: loaded straight into registers, each fragment load touched 8 rows (8 L1 wavefronts
 // for 128 bytes) and the kernels ran at ~1.7 TB/s with L1 ~82% busy (Nsight Compute, H200). Staged, a
 // warp copies whole row segments (16-byte cp.async) and reads fragments with conflict-free LDS, and the
 // ring keeps several KB per warp in flight without holding registers.
 //
-// Work comes as jobs: a job is 16 rows (MMA rows 0-7 and 8-15, each set `row_stride` apart) over
-// `stages` stages of SG groups, against one tile of columns. The kernel's Jobs type provides
+// Work comes as jobs: a job is ROW_TILES tiles of 16 rows (tile t: MMA rows 0-7 from lo and 8-15 from
+// hi, each set `row_stride` apart, both moved by t * tile_stride) over `stages` stages of SG groups,
+// against one tile of columns. The kernel's Jobs type provides
 //   int size()                        job slots of this warp
 //   bool get(int j, StreamJob& job)   false for an empty slot (skipped)
 //   const bf16* column(int j, int c)  activation row of column c in 0..8*N_TILES-1 (any valid row when
 //                                     the column is padding: its results are discarded)
 //   void before_columns()             called once before the first activation load
-//   void finish(int j, acc)           epilogue of job j (acc: FP32, MMA accumulator layout)
+//   void finish(int j, acc)           epilogue of job j (acc[row tile][column tile][4]: FP32, MMA
+//                                     accumulator layout)
 // Activations are loaded into registers one stage ahead (they are small and L2-resident).
 #pragma once
 
@@ -27,37 +30,41 @@ struct StreamJob {
   const uint8_t* lo;  // MMA row 0's weights (rows 1..7 follow at row_stride)
   const uint8_t* hi;  // MMA row 8's
   long long row_stride;
+  long long tile_stride;  // from one row tile to the next
   const uint8_t* scale_lo;
   const uint8_t* scale_hi;
   long long scale_row_stride;
+  long long scale_tile_stride;
   int g_begin;  // first group (of 32 K values)
   int stages;   // SG groups each
 };
 
 // Bytes of one stage (weights then scales) and of a warp's ring; the host computes the same numbers
 // (heuristics/warp_decode.cpp, warp_decode_stage_bytes).
-template <int FORMAT, int SG>
+template <int FORMAT, int SG, int ROW_TILES>
 struct StageLayout {
   using F = WeightFormat<FORMAT>;
+  static constexpr int kRows = 16 * ROW_TILES;
   static constexpr int kRowPitch = SG * F::kGroupBytes + F::kRowPad;
   static constexpr int kScaleRow = SG * F::kScaleBytes;
-  static constexpr int kScalesOffset = 16 * kRowPitch;
-  static constexpr int kBytes = (kScalesOffset + 16 * kScaleRow + 15) / 16 * 16;
+  static constexpr int kScalesOffset = kRows * kRowPitch;
+  static constexpr int kBytes = (kScalesOffset + kRows * kScaleRow + 15) / 16 * 16;
   static_assert(SG % 2 == 0 && kScaleRow >= 4 && kScaleRow <= 16, "stage: even group count, 4-16 scale bytes a row");
 };
 
-template <int FORMAT, int N_TILES, int SG, int STAGES, class Jobs>
+template <int FORMAT, int ROW_TILES, int N_TILES, int SG, int STAGES, class Jobs>
 struct WarpStream {
   using F = WeightFormat<FORMAT>;
-  using L = StageLayout<FORMAT, SG>;
+  using L = StageLayout<FORMAT, SG, ROW_TILES>;
+  using Acc = float[ROW_TILES][N_TILES][4];
   static constexpr int kRowChunks = SG * F::kGroupBytes / 16;  // 16-byte pieces of a staged row
 
   Jobs& jobs;
   uint8_t* ring;  // this warp's STAGES * L::kBytes
   int lane;
 
-  static constexpr int kChunksPerLane = 16 * kRowChunks / 32;
-  static_assert(16 * kRowChunks % 32 == 0, "a stage's row pieces spread evenly over the lanes");
+  static constexpr int kChunksPerLane = L::kRows * kRowChunks / 32;
+  static_assert(L::kRows * kRowChunks % 32 == 0, "a stage's row pieces spread evenly over the lanes");
 
   // Position of the copy side: the job's source pointers of this lane's pieces are computed once per job
   // (the per-stage address arithmetic was ~70 of ~290 instructions a stage, SASS of the H200 build).
@@ -90,9 +97,12 @@ struct WarpStream {
 #pragma unroll
     for (int i = 0; i < kChunksPerLane; ++i) {
       const unsigned chunk = lane + 32 * i, row = chunk / kRowChunks, piece = chunk % kRowChunks;
-      c.src[i] = (row < 8 ? j.lo : j.hi) + (row & 7) * j.row_stride + j.g_begin * F::kGroupBytes + piece * 16;
+      c.src[i] = ((row & 15) < 8 ? j.lo : j.hi) + (row / 16) * j.tile_stride + (row & 7) * j.row_stride +
+                 j.g_begin * F::kGroupBytes + piece * 16;
     }
-    c.scale_src = (lane < 8 ? j.scale_lo : j.scale_hi) + (lane & 7) * j.scale_row_stride + j.g_begin * F::kScaleBytes;
+    const unsigned srow = lane % L::kRows;  // lanes past kRows (one row tile) copy nothing
+    c.scale_src = ((srow & 15) < 8 ? j.scale_lo : j.scale_hi) + (srow / 16) * j.scale_tile_stride +
+                  (srow & 7) * j.scale_row_stride + j.g_begin * F::kScaleBytes;
   }
   __device__ void start(Compute& c) const {
     StreamJob j;
@@ -112,7 +122,7 @@ struct WarpStream {
       const unsigned chunk = lane + 32 * i, row = chunk / kRowChunks, piece = chunk % kRowChunks;
       cp_async<16>(dst + row * L::kRowPitch + piece * 16, c.src[i] + c.stage * (SG * F::kGroupBytes));
     }
-    if (lane < 16) {
+    if (lane < L::kRows) {
       cp_async<L::kScaleRow>(dst + L::kScalesOffset + lane * L::kScaleRow, c.scale_src + c.stage * L::kScaleRow);
     }
   }
@@ -127,35 +137,41 @@ struct WarpStream {
     }
   }
 
-  __device__ void compute_stage(const uint8_t* stage, const uint4 (&xb)[SG][N_TILES], float (&acc)[N_TILES][4]) const {
+  __device__ void compute_stage(const uint8_t* stage, const uint4 (&xb)[SG][N_TILES], Acc& acc) const {
     const int g = lane / 4, t = lane % 4;
-    const uint8_t* row_lo = stage + g * L::kRowPitch;
-    const uint8_t* row_hi = row_lo + 8 * L::kRowPitch;
-    const uint8_t* scale_lo = stage + L::kScalesOffset + g * L::kScaleRow;
-    const uint8_t* scale_hi = scale_lo + 8 * L::kScaleRow;
 #pragma unroll
     for (int j = 0; j < SG; ++j) {
-      uint32_t lo[4], hi[4];
-      F::dequant(F::load(row_lo, j, t), lo);
-      F::dequant(F::load(row_hi, j, t), hi);
-      const float sl = F::scale(scale_lo, j), sh = F::scale(scale_hi, j);
-      const uint32_t a0[4] = {lo[0], hi[0], lo[1], hi[1]}, a1[4] = {lo[2], hi[2], lo[3], hi[3]};
+      uint32_t b[N_TILES][4];
+      float offset[N_TILES][4];  // INT4: -136 * sum(x) per column, the start of every row tile's sum
 #pragma unroll
       for (int nt = 0; nt < N_TILES; ++nt) {
-        uint32_t b[4];
-        F::b_pairs(xb[j][nt], b);
-        float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        F::b_pairs(xb[j][nt], b[nt]);
+        offset[nt][0] = offset[nt][1] = offset[nt][2] = offset[nt][3] = 0.0f;
         if (F::kOffset) {
           constexpr uint32_t kC[4] = {F::kOffsetA, F::kOffsetA, F::kOffsetA, F::kOffsetA};
-          mma_bf16_m16n8k16(d, kC, b[0], b[1]);
-          mma_bf16_m16n8k16(d, kC, b[2], b[3]);
+          mma_bf16_m16n8k16(offset[nt], kC, b[nt][0], b[nt][1]);
+          mma_bf16_m16n8k16(offset[nt], kC, b[nt][2], b[nt][3]);
         }
-        mma_bf16_m16n8k16(d, a0, b[0], b[1]);
-        mma_bf16_m16n8k16(d, a1, b[2], b[3]);
-        acc[nt][0] += sl * d[0];
-        acc[nt][1] += sl * d[1];
-        acc[nt][2] += sh * d[2];
-        acc[nt][3] += sh * d[3];
+      }
+#pragma unroll
+      for (int rt = 0; rt < ROW_TILES; ++rt) {
+        const uint8_t* row_lo = stage + (16 * rt + g) * L::kRowPitch;
+        const uint8_t* scale_lo = stage + L::kScalesOffset + (16 * rt + g) * L::kScaleRow;
+        uint32_t lo[4], hi[4];
+        F::dequant(F::load(row_lo, j, t), lo);
+        F::dequant(F::load(row_lo + 8 * L::kRowPitch, j, t), hi);
+        const float sl = F::scale(scale_lo, j), sh = F::scale(scale_lo + 8 * L::kScaleRow, j);
+        const uint32_t a0[4] = {lo[0], hi[0], lo[1], hi[1]}, a1[4] = {lo[2], hi[2], lo[3], hi[3]};
+#pragma unroll
+        for (int nt = 0; nt < N_TILES; ++nt) {
+          float d[4] = {offset[nt][0], offset[nt][1], offset[nt][2], offset[nt][3]};
+          mma_bf16_m16n8k16(d, a0, b[nt][0], b[nt][1]);
+          mma_bf16_m16n8k16(d, a1, b[nt][2], b[nt][3]);
+          acc[rt][nt][0] += sl * d[0];
+          acc[rt][nt][1] += sl * d[1];
+          acc[rt][nt][2] += sh * d[2];
+          acc[rt][nt][3] += sh * d[3];
+        }
       }
     }
   }
@@ -178,7 +194,7 @@ struct WarpStream {
     jobs.before_columns();
     uint4 xb[SG][N_TILES];
     if (out.job < size) load_columns(xb, out);
-    float acc[N_TILES][4] = {};
+    Acc acc = {};
     int slot = 0;
     while (out.job < size) {
       cp_async_wait<STAGES - 2>();
@@ -197,7 +213,10 @@ struct WarpStream {
       if (out.job != job) {
         jobs.finish(job, acc);
 #pragma unroll
-        for (int nt = 0; nt < N_TILES; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+        for (int rt = 0; rt < ROW_TILES; ++rt) {
+#pragma unroll
+          for (int nt = 0; nt < N_TILES; ++nt) acc[rt][nt][0] = acc[rt][nt][1] = acc[rt][nt][2] = acc[rt][nt][3] = 0.0f;
+        }
       }
 #pragma unroll
       for (int j = 0; j < SG; ++j) {

@@ -13,11 +13,12 @@ namespace {
 using heuristics::WarpDecodeShape;
 using heuristics::WeightFormat;
 
-constexpr std::string_view kGateUpFields[] = {"format",  "hidden",  "intermediate", "experts",      "top_k",  "max_tokens",
-                                              "k_split", "n_tiles", "stage_groups", "stages", "has_map"};
+constexpr std::string_view kGateUpFields[] = {"format",  "hidden",    "intermediate", "experts",      "top_k",  "max_tokens",
+                                              "k_split", "row_tiles", "n_tiles",      "stage_groups", "stages", "has_map"};
 constexpr jit::FamilySchema kGateUpSchema{"warp_decode.gate_up", kGateUpFields};
-constexpr std::string_view kDownFields[] = {"format",   "hidden",  "intermediate", "experts", "top_k",  "max_tokens",
-                                            "warps",    "k_chunks", "n_tiles",     "stage_groups", "stages", "has_map"};
+constexpr std::string_view kDownFields[] = {"format",   "hidden",   "intermediate", "experts", "top_k",
+                                            "max_tokens", "warps",  "k_chunks",     "row_tiles", "n_tiles",
+                                            "stage_groups", "stages", "has_map"};
 constexpr jit::FamilySchema kDownSchema{"warp_decode.down", kDownFields};
 
 bool power_of_two_in(int64_t v, int64_t lo, int64_t hi) { return v >= lo && v <= hi && (v & (v - 1)) == 0; }
@@ -44,49 +45,49 @@ bool stages_ok(const jit::Descriptor& d, int64_t groups_per_part, int64_t sg, in
 
 KernelProgram gate_up_program(const jit::Descriptor& d) {
   check_common(d);
-  const int64_t k_split = d[6], n_tiles = d[7], sg = d[8], stages = d[9];
+  const int64_t k_split = d[6], row_tiles = d[7], n_tiles = d[8], sg = d[9], stages = d[10];
   const int64_t groups = d[1] / 32;
-  if (!power_of_two_in(k_split, 1, 16) || groups % k_split != 0 || n_tiles < 1 || n_tiles > 4 ||
-      !stages_ok(d, groups / k_split, sg, stages)) {
+  if (!power_of_two_in(k_split, 1, 16) || groups % k_split != 0 || (row_tiles != 1 && row_tiles != 2) ||
+      d[2] % (8 * row_tiles) != 0 || n_tiles < 1 || n_tiles > 4 || !stages_ok(d, groups / k_split, sg, stages)) {
     throw_error(CHORD_ERROR_INVALID_ARGUMENT,
-                "{}: k_split must divide hidden / 32 into whole stages of stage_groups, n_tiles in [1, 4], stages in "
-                "[2, 8]",
+                "{}: k_split must divide hidden / 32 into whole stages of stage_groups, row_tiles 1 or 2 dividing "
+                "intermediate / 8, n_tiles in [1, 4], stages in [2, 8]",
                 jit::to_string(d));
   }
   KernelProgram p;
   p.header = "warp_decode/gate_up.cuh";
   p.name_expression =
-      fmt::format("chord::warp_decode::gate_up_kernel<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>", d[0], d[1], d[2],
-                  d[3], d[4], d[5], k_split, n_tiles, sg, stages, d[10] ? "true" : "false");
+      fmt::format("chord::warp_decode::gate_up_kernel<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>", d[0], d[1],
+                  d[2], d[3], d[4], d[5], k_split, row_tiles, n_tiles, sg, stages, d[11] ? "true" : "false");
   p.threads = static_cast<uint32_t>(32 * k_split);
   p.dynamic_smem = static_cast<uint32_t>(heuristics::warp_decode_gate_up_dynamic_smem(
       static_cast<heuristics::WeightFormat>(d[0]),
-      {static_cast<int>(d[5]), static_cast<int>(k_split), static_cast<int>(n_tiles), static_cast<int>(sg),
-       static_cast<int>(stages)}));
+      {static_cast<int>(d[5]), static_cast<int>(k_split), static_cast<int>(row_tiles), static_cast<int>(n_tiles),
+       static_cast<int>(sg), static_cast<int>(stages)}));
   return p;
 }
 
 KernelProgram down_program(const jit::Descriptor& d) {
   check_common(d);
-  const int64_t warps = d[6], k_chunks = d[7], n_tiles = d[8], sg = d[9], stages = d[10];
+  const int64_t warps = d[6], k_chunks = d[7], row_tiles = d[8], n_tiles = d[9], sg = d[10], stages = d[11];
   const int64_t groups = d[2] / 32;
-  if (!power_of_two_in(warps, 1, 16) || k_chunks < 1 || groups % k_chunks != 0 || n_tiles < 1 || n_tiles > 4 ||
-      !stages_ok(d, groups / k_chunks, sg, stages)) {
+  if (!power_of_two_in(warps, 1, 16) || k_chunks < 1 || groups % k_chunks != 0 || (row_tiles != 1 && row_tiles != 2) ||
+      d[1] % (16 * row_tiles) != 0 || n_tiles < 1 || n_tiles > 4 || !stages_ok(d, groups / k_chunks, sg, stages)) {
     throw_error(CHORD_ERROR_INVALID_ARGUMENT,
-                "{}: k_chunks must divide intermediate / 32 into whole stages of stage_groups, n_tiles in [1, 4], "
-                "stages in [2, 8]",
+                "{}: k_chunks must divide intermediate / 32 into whole stages of stage_groups, row_tiles 1 or 2 "
+                "dividing hidden / 16, n_tiles in [1, 4], stages in [2, 8]",
                 jit::to_string(d));
   }
   KernelProgram p;
   p.header = "warp_decode/down.cuh";
   p.name_expression =
-      fmt::format("chord::warp_decode::down_kernel<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>", d[0], d[1], d[2],
-                  d[3], d[4], d[5], warps, k_chunks, n_tiles, sg, stages, d[11] ? "true" : "false");
+      fmt::format("chord::warp_decode::down_kernel<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>", d[0], d[1],
+                  d[2], d[3], d[4], d[5], warps, k_chunks, row_tiles, n_tiles, sg, stages, d[12] ? "true" : "false");
   p.threads = static_cast<uint32_t>(32 * warps);
   p.dynamic_smem = static_cast<uint32_t>(heuristics::warp_decode_down_dynamic_smem(
       static_cast<heuristics::WeightFormat>(d[0]),
-      {static_cast<int>(d[5]), static_cast<int>(warps), static_cast<int>(k_chunks), static_cast<int>(n_tiles),
-       static_cast<int>(sg), static_cast<int>(stages)}));
+      {static_cast<int>(d[5]), static_cast<int>(warps), static_cast<int>(k_chunks), static_cast<int>(row_tiles),
+       static_cast<int>(n_tiles), static_cast<int>(sg), static_cast<int>(stages)}));
   return p;
 }
 
@@ -114,14 +115,14 @@ jit::Descriptor warp_decode_gate_up_descriptor(jit::Arch arch, const WarpDecodeS
                                                const heuristics::WarpDecodeGateUpConfig& c) {
   return jit::Descriptor(kGateUpSchema, arch,
                          {static_cast<int64_t>(s.format), s.hidden, s.intermediate, s.experts, s.top_k, c.max_tokens,
-                          c.k_split, c.n_tiles, c.stage_groups, c.stages, s.has_map ? 1 : 0});
+                          c.k_split, c.row_tiles, c.n_tiles, c.stage_groups, c.stages, s.has_map ? 1 : 0});
 }
 
 jit::Descriptor warp_decode_down_descriptor(jit::Arch arch, const WarpDecodeShape& s,
                                             const heuristics::WarpDecodeDownConfig& c) {
   return jit::Descriptor(kDownSchema, arch,
                          {static_cast<int64_t>(s.format), s.hidden, s.intermediate, s.experts, s.top_k, c.max_tokens,
-                          c.warps, c.k_chunks, c.n_tiles, c.stage_groups, c.stages, s.has_map ? 1 : 0});
+                          c.warps, c.k_chunks, c.row_tiles, c.n_tiles, c.stage_groups, c.stages, s.has_map ? 1 : 0});
 }
 
 }  // namespace chordrt::ops
@@ -198,11 +199,11 @@ void warp_decode_moe(const WarpDecodeMoeArgs& a, CUstream stream) {
   const int32_t global = s.global_experts;
   const int64_t slots = std::min<int64_t>(a.num_tokens * a.top_k, a.num_experts);
   const void* gate_up_args[] = {&a.x, &a.topk_ids, &a.expert_map, &global, &tokens, &a.w13, &a.w13_scale, &a.workspace};
-  launch(ctx, gate_up, {static_cast<uint32_t>(a.intermediate / 8), static_cast<uint32_t>(slots), 1}, stream,
+  launch(ctx, gate_up, {static_cast<uint32_t>(a.intermediate / (8 * gu.row_tiles)), static_cast<uint32_t>(slots), 1}, stream,
          const_cast<void**>(gate_up_args));
   const void* down_args[] = {&a.workspace, &a.topk_weights, &a.topk_ids, &a.expert_map, &global,
                              &tokens,      &a.w2,           &a.w2_scale, &a.output};
-  launch(ctx, down, {static_cast<uint32_t>(a.hidden / 16), 1, 1}, stream, const_cast<void**>(down_args),
+  launch(ctx, down, {static_cast<uint32_t>(a.hidden / (16 * dn.row_tiles)), 1, 1}, stream, const_cast<void**>(down_args),
          LaunchOrder::kProgrammatic);
 }
 

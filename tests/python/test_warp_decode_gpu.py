@@ -109,6 +109,17 @@ def test_skewed_routing(shape, fmt, m):
 
 
 @pytest.mark.parametrize("fmt", mr.FORMATS)
+@pytest.mark.parametrize("shape", ["kimi_tp8", "kimi_ep8"])
+@pytest.mark.parametrize("m", (100, 128))
+def test_largest_buckets(shape, fmt, m):
+    """The 128-token bucket (the path's limit), full and partly filled."""
+    h, i, e, g, k, rank = SHAPES[shape]
+    x = tokens_input(m, h, 77 + m)
+    ids, rw = mr.random_routing(torch, m, k, g, DEV, seed=77 + m)
+    check(shape, fmt, x, ids, rw, expert_map(shape))
+
+
+@pytest.mark.parametrize("fmt", mr.FORMATS)
 def test_every_token_on_the_same_experts(fmt):
     """All 64 tokens pick experts 5..12: every weight row serves 64 routes (8 column tiles)."""
     shape = "qwen3_30b"
