@@ -97,8 +97,12 @@ TEST_CASE("warp decode configs divide the work exactly", "[warp_decode]") {
   // tokens (~187 active experts) two row tiles per CTA still leave thousands of warps.
   CHECK(g1.row_tiles == 1);
   CHECK(select_warp_decode_gate_up(kKimiTp8, 32).row_tiles == 2);
-  // Down: 7168 rows in 32-row CTAs would be 224 CTAs x 8 warps, under 16 warps per SM: one row tile.
-  CHECK(select_warp_decode_down(kKimiTp8, 32).row_tiles == 1);
+  // Down: 7168 rows in 32-row CTAs are 224 CTAs x 8 warps (13.6 per SM): two row tiles once 4 or more
+  // experts are active; one for EP8's single expert at one token and for Qwen's 2048 rows (64 CTAs).
+  CHECK(select_warp_decode_down(kKimiTp8, 1).row_tiles == 2);
+  CHECK(select_warp_decode_down(kKimiTp8, 32).row_tiles == 2);
+  CHECK(select_warp_decode_down(kKimiEp8, 1).row_tiles == 1);
+  CHECK(select_warp_decode_down(kQwen, 32).row_tiles == 1);
   const auto d1 = select_warp_decode_down(kKimiTp8, 1);
   CHECK(d1.k_chunks == 1);
   // Kimi EP8 at one token: ~1 local expert, so its 64 down groups split into 8 chunks, one per warp.
