@@ -76,6 +76,17 @@ def main():
                          f"{r['torch_loop_us']:.0f} | {r['chordrt_error']['rel_err']:.2e} | "
                          f"{r['bf16_dequant_error']['rel_err']:.2e} |")
         lines += ["", "Where the time goes and what each version changed: `bench/NOTES.md` (warp decode section).", ""]
+    sweeps = sorted((RESULTS / "sweeps").glob("warp_decode_sweep-*.json"))
+    if sweeps:
+        lines += ["### Warp decode heuristic sweeps (`bench/results/sweeps/`)", "",
+                  "The benchmark rerun with one `CHORD_WARP_DECODE_CONFIG` override (named in the file); later "
+                  "heuristics adopted what won, so the table above can predate a change measured here.", "",
+                  "| file | shape | format | M | µs | of stream read |", "|---|---|---|---:|---:|---:|"]
+        for f in sweeps:
+            for r in json.loads(f.read_text())["results"]:
+                lines.append(f"| `{f.stem}` | {r['shape']} | {r['format']} | {r['tokens']} | {r['chordrt_us']:.1f} | "
+                             f"{100 * r['fraction_of_stream_read']:.0f}% |")
+        lines.append("")
     (ROOT / "docs" / "performance.md").write_text("\n".join(lines))
 
 

@@ -8,11 +8,10 @@ shape=$2 formats=$3 tokens=$4
 shift 4
 cd "$(dirname "$0")/.."
 build=${CHORD_GPU_BUILD_DIR:-build-gpu}
-i=0
 for v in "$@"; do
   echo "== variant ${v:-heuristics}"
+  tag=$(echo "${shape}_${formats}_${v:-heuristics}" | tr -c 'A-Za-z0-9_\n' '_')
   env CHORD_WARP_DECODE_CONFIG="$v" CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPATH="$PWD/tools/python:$PWD/bench" \
-    python3 bench/warp_decode_bench.py --json "$out/sweep_$i.json" --shapes "$shape" --formats "$formats" \
+    python3 bench/warp_decode_bench.py --json "$out/sweep_$tag.json" --shapes "$shape" --formats "$formats" \
     --tokens "$tokens" 2>&1 | grep -E "us " | cut -c1-60
-  i=$((i + 1))
 done
