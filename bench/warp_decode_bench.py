@@ -80,14 +80,18 @@ def loop_baseline(x, ids, rw, emap, w13, w2, experts):
     return out.to(torch.bfloat16)
 
 
-def bench_shape(name, fmt, tokens_list, ceil, quick):
+def weights_and_map(name, fmt):
+    """The shape's random weights (seed 1) and its expert map (None without EP)."""
     h, i, e, g, k, rank = SHAPES[name]
     dev = torch.device("cuda")
     w = mr.random_moe_weights(torch, fmt, e, h, i, dev, seed=1)
-    emap = None
-    if rank is not None:
-        emap = torch.full((g,), -1, dtype=torch.int32, device=dev)
-        emap[rank * e : (rank + 1) * e] = torch.arange(e, dtype=torch.int32, device=dev)
+    return w, None if rank is None else mr.contiguous_expert_map(torch, g, e, rank, dev)
+
+
+def bench_shape(name, fmt, tokens_list, ceil, quick):
+    h, i, e, g, k, rank = SHAPES[name]
+    dev = torch.device("cuda")
+    w, emap = weights_and_map(name, fmt)
     w13 = mr.dequantize(torch, fmt, w.w13, w.w13_scale, torch.float32).to(torch.bfloat16)
     w2 = mr.dequantize(torch, fmt, w.w2, w.w2_scale, torch.float32).to(torch.bfloat16)
     grouped = None
@@ -149,11 +153,7 @@ def profile(spec):
     h, i, e, g, k, rank = SHAPES[name]
     m = int(m)
     dev = torch.device("cuda")
-    w = mr.random_moe_weights(torch, fmt, e, h, i, dev, seed=1)
-    emap = None
-    if rank is not None:
-        emap = torch.full((g,), -1, dtype=torch.int32, device=dev)
-        emap[rank * e : (rank + 1) * e] = torch.arange(e, dtype=torch.int32, device=dev)
+    w, emap = weights_and_map(name, fmt)
     for s in range(6):
         x = torch.randn((m, h), device=dev).to(torch.bfloat16)
         ids, rw = mr.random_routing(torch, m, k, g, dev, seed=s)

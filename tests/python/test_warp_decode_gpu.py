@@ -50,11 +50,7 @@ def weights(shape, fmt):
 
 def expert_map(shape):
     h, i, e, g, k, rank = SHAPES[shape]
-    if rank is None:
-        return None
-    emap = torch.full((g,), -1, dtype=torch.int32)
-    emap[rank * e : (rank + 1) * e] = torch.arange(e, dtype=torch.int32)
-    return emap.to(DEV)
+    return None if rank is None else mr.contiguous_expert_map(torch, g, e, rank, DEV)
 
 
 def run(shape, fmt, x, ids, rw, emap):

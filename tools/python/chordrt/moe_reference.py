@@ -89,6 +89,13 @@ def dequantize(torch, fmt, packed, scale, dtype):
     return (q.unflatten(-1, (-1, 32)) * s.unsqueeze(-1)).flatten(-2)
 
 
+def contiguous_expert_map(torch, global_experts, local_experts, rank, device):
+    """Expert parallelism's usual map: global ids [rank * local, (rank + 1) * local) -> 0..local-1, others -1."""
+    emap = torch.full((global_experts,), -1, dtype=torch.int32)
+    emap[rank * local_experts : (rank + 1) * local_experts] = torch.arange(local_experts, dtype=torch.int32)
+    return emap.to(device)
+
+
 def random_routing(torch, tokens, top_k, global_experts, device, seed=0, skew=0.0):
     """topk_ids int32 [tokens, top_k] (distinct per token) and softmax-like float32 weights.
 
