@@ -63,10 +63,13 @@ int row_tiles(int64_t units_of_two_tiles, int warps_per_unit, const DeviceFacts&
 WarpDecodeGateUpConfig select_warp_decode_gate_up(const WarpDecodeShape& s, int64_t tokens, const DeviceFacts& facts) {
   const Split split = split_groups(s.format, s.hidden / 32, 8);
   const double active = expected_active_experts(s, tokens);
-  const int rt = s.intermediate % 16 == 0
-                     ? row_tiles(static_cast<int64_t>(s.intermediate / 16 * active), split.parts, facts)
-                     : 1;
-  return {warp_decode_token_bucket(tokens), split.parts, rt, column_tiles(s, tokens), split.stage_groups,
+  const int rt =
+      s.intermediate % 16 == 0 ? row_tiles(static_cast<int64_t>(s.intermediate / 16 * active), split.parts, facts) : 1;
+  return {warp_decode_token_bucket(tokens),
+          split.parts,
+          rt,
+          column_tiles(s, tokens),
+          split.stage_groups,
           ring_stages(s.format, split.parts, split.stage_groups, rt, 64 << 10)};
 }
 
@@ -85,7 +88,12 @@ WarpDecodeDownConfig select_warp_decode_down(const WarpDecodeShape& s, int64_t t
   // or under 4 active experts, so those keep one tile.
   const bool long_items = active >= 4 && static_cast<int64_t>(s.hidden / 32) * kWarps >= 12LL * facts.sm_count;
   const int rt = s.hidden % 32 == 0 && long_items ? 2 : 1;
-  return {warp_decode_token_bucket(tokens), kWarps, split.parts, rt, column_tiles(s, tokens), split.stage_groups,
+  return {warp_decode_token_bucket(tokens),
+          kWarps,
+          split.parts,
+          rt,
+          column_tiles(s, tokens),
+          split.stage_groups,
           ring_stages(s.format, kWarps, split.stage_groups, rt, 48 << 10)};
 }
 

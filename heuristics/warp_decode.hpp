@@ -43,9 +43,9 @@ struct WarpDecodeGateUpConfig {
 };
 struct WarpDecodeDownConfig {
   int max_tokens;
-  int warps;     // per CTA (16 output rows)
-  int k_chunks;  // I split into this many work items per expert, so few experts still fill the warps
-  int row_tiles; // 16-row tiles per CTA
+  int warps;      // per CTA (16 output rows)
+  int k_chunks;   // I split into this many work items per expert, so few experts still fill the warps
+  int row_tiles;  // 16-row tiles per CTA
   int n_tiles;
   int stage_groups;
   int stages;

@@ -140,14 +140,14 @@ std::vector<jit::Descriptor> plan_descriptors(const MoeModelShape& m, const Depl
   add(ops::silu_and_mul_descriptor(arch, inter));
   add(ops::moe_combine_descriptor(arch, m.top_k, m.hidden, ep));
   if (!m.weight_format.empty()) {
-    const heuristics::WarpDecodeShape s{m.weight_format == "int4" ? heuristics::WeightFormat::kInt4Group32
-                                                                  : heuristics::WeightFormat::kMxfp8,
-                                        m.hidden,
-                                        static_cast<int>(inter),
-                                        m.num_experts / dep.expert_parallel,
-                                        m.num_experts,
-                                        m.top_k,
-                                        ep};
+    const heuristics::WarpDecodeShape s{
+        m.weight_format == "int4" ? heuristics::WeightFormat::kInt4Group32 : heuristics::WeightFormat::kMxfp8,
+        m.hidden,
+        static_cast<int>(inter),
+        m.num_experts / dep.expert_parallel,
+        m.num_experts,
+        m.top_k,
+        ep};
     for (int64_t tokens : heuristics::warp_decode_prewarm_tokens()) {
       const auto gu = heuristics::select_warp_decode_gate_up(s, tokens);
       const auto dn = heuristics::select_warp_decode_down(s, tokens);

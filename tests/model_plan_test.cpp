@@ -191,14 +191,14 @@ TEST_CASE("plan_descriptors for a tensor-parallel deployment", "[plan]") {
   const auto gate_up = of_family(ds, "warp_decode.gate_up");
   const auto down = of_family(ds, "warp_decode.down");
   CHECK(ds.size() == 12 + gate_up.size() + down.size());
-  const chordrt::heuristics::WarpDecodeShape wd{chordrt::heuristics::WeightFormat::kInt4Group32, 7168, 256, 384, 384,
-                                                8, false};
+  const chordrt::heuristics::WarpDecodeShape wd{
+      chordrt::heuristics::WeightFormat::kInt4Group32, 7168, 256, 384, 384, 8, false};
   for (int64_t tokens = 1; tokens <= 128; ++tokens) {
     INFO("tokens " << tokens);
     const auto g = chordrt::ops::warp_decode_gate_up_descriptor(
         kHopper, wd, chordrt::heuristics::select_warp_decode_gate_up(wd, tokens));
     const auto d = chordrt::ops::warp_decode_down_descriptor(kHopper, wd,
-                                                            chordrt::heuristics::select_warp_decode_down(wd, tokens));
+                                                             chordrt::heuristics::select_warp_decode_down(wd, tokens));
     CHECK(std::find(gate_up.begin(), gate_up.end(), g) != gate_up.end());
     CHECK(std::find(down.begin(), down.end(), d) != down.end());
   }

@@ -58,8 +58,8 @@ TEST_CASE("the registry lists every family", "[nvrtc]") {
       CHECK(&chordrt::family_of(d) == f);
     }
   }
-  CHECK(names == std::set<std::string>{"glue.moe_align", "glue.silu_and_mul", "glue.moe_combine",
-                                       "warp_decode.gate_up", "warp_decode.down"});
+  CHECK(names == std::set<std::string>{"glue.moe_align", "glue.silu_and_mul", "glue.moe_combine", "warp_decode.gate_up",
+                                       "warp_decode.down"});
   CHECK(chordrt::find_family("glue.nope") == nullptr);
   CHECK_FALSE(chordrt::embedded_sources().empty());
 }

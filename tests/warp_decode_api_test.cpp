@@ -41,7 +41,8 @@ chord_warp_decode_moe_args_t valid_args() {
   return a;
 }
 
-void expect_error(const chord_warp_decode_moe_args_t& a, chord_status_t want, std::initializer_list<const char*> words) {
+void expect_error(const chord_warp_decode_moe_args_t& a, chord_status_t want,
+                  std::initializer_list<const char*> words) {
   CHECK(chord_warp_decode_moe(&a, nullptr) == want);
   const std::string msg = chord_last_error();
   for (const char* w : words) CHECK_THAT(msg, Contains(w));

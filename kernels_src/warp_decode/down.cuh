@@ -106,8 +106,10 @@ __global__ void __launch_bounds__(32 * WARPS, (N_TILES * ROW_TILES == 1 ? 768 : 
   const int row0 = blockIdx.x * kRows;
   int pass_bits = 0;
   while ((8 * N_TILES << pass_bits) < table.max_count) ++pass_bits;
-  Jobs jobs{table, h, topk_weights, w2, w2_scale, acc_smem + warp * MAX_TOKENS * kRows, warp, row0,
-            table.num_active * K_CHUNKS, pass_bits};
+  Jobs jobs{table,    h,        topk_weights,
+            w2,       w2_scale, acc_smem + warp * MAX_TOKENS * kRows,
+            warp,     row0,     table.num_active * K_CHUNKS,
+            pass_bits};
   uint8_t* rings = reinterpret_cast<uint8_t*>(acc_smem + kAccFloats);
   WarpStream<FORMAT, ROW_TILES, N_TILES, SG, STAGES, Jobs> stream{jobs, rings + warp * STAGES * Layout::kBytes, lane};
   stream.run();

@@ -4,8 +4,8 @@
 // CTA (blockIdx.x, blockIdx.y) = (8 * ROW_TILES neurons, the blockIdx.y-th active expert). Each row tile
 // is 16 weight rows (8 gate rows on MMA rows 0-7, the matching up rows on 8-15, so one lane ends with
 // gate and up of the same neuron); they are streamed once for all the expert's routes, which are the MMA
-// columns (8 per tile; more routes take more passes). K_SPLIT warps split the hidden dimension, each through its own shared-memory
-// ring (warp_stream.cuh); their FP32 partials meet in shared memory. CTAs whose slot has no expert exit
+// columns (8 per tile; more routes take more passes). K_SPLIT warps split the hidden dimension, each through its own
+// shared-memory ring (warp_stream.cuh); their FP32 partials meet in shared memory. CTAs whose slot has no expert exit
 // after the route table.
 #pragma once
 
@@ -21,8 +21,8 @@ struct GateUpJobs {
   bf16* h;
   const int32_t* routes;  // this expert's, in the route table
   int count;
-  StreamJob rows;   // this warp's K range of the rows
-  float* partial;   // [K_SPLIT][ROW_TILES][N_TILES][4][32]
+  StreamJob rows;  // this warp's K range of the rows
+  float* partial;  // [K_SPLIT][ROW_TILES][N_TILES][4][32]
   int warp, neuron0;
 
   __device__ int size() const { return (count + kColumns - 1) / kColumns; }
@@ -45,7 +45,8 @@ struct GateUpJobs {
 #pragma unroll
       for (int nt = 0; nt < N_TILES; ++nt) {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) partial[(((warp * ROW_TILES + rt) * N_TILES + nt) * 4 + i) * 32 + lane] = acc[rt][nt][i];
+        for (int i = 0; i < 4; ++i)
+          partial[(((warp * ROW_TILES + rt) * N_TILES + nt) * 4 + i) * 32 + lane] = acc[rt][nt][i];
       }
     }
     __syncthreads();
@@ -88,8 +89,8 @@ __global__ void __launch_bounds__(32 * K_SPLIT, (N_TILES * ROW_TILES == 1 ? 768 
   __shared__ float partial[K_SPLIT * ROW_TILES * N_TILES * 4 * 32];
   extern __shared__ __align__(16) uint8_t ring[];  // K_SPLIT rings
   if (dynamic_smem_size() < K_SPLIT * STAGES * Layout::kBytes) __trap();
-  build_route_table<EXPERTS, MAX_TOKENS * TOP_K, 32 * K_SPLIT, HAS_MAP>(table, topk_ids, expert_map,
-                                                                        num_global_experts, num_tokens * TOP_K);
+  build_route_table<EXPERTS, MAX_TOKENS * TOP_K, 32 * K_SPLIT, HAS_MAP>(table, topk_ids, expert_map, num_global_experts,
+                                                                        num_tokens * TOP_K);
   if (static_cast<int>(blockIdx.y) >= table.num_active) return;
   const int expert = table.active[blockIdx.y];
   const int warp = threadIdx.x / 32;
@@ -107,7 +108,7 @@ __global__ void __launch_bounds__(32 * K_SPLIT, (N_TILES * ROW_TILES == 1 ? 768 
                        kGroupsPerWarp / SG};
   Jobs jobs{x, h, table.routes + table.offset[expert], table.count[expert], rows, partial, warp, neuron0};
   WarpStream<FORMAT, ROW_TILES, N_TILES, SG, STAGES, Jobs> stream{jobs, ring + warp * STAGES * Layout::kBytes,
-                                                       static_cast<int>(threadIdx.x % 32)};
+                                                                  static_cast<int>(threadIdx.x % 32)};
   stream.run();
 }
 

@@ -22,7 +22,8 @@ struct RouteTable {
 // of one expert's routes depends on atomics; results do not (each route is its own MMA column).
 // Ends with __syncthreads(), so the table and anything written before the call are visible.
 template <int EXPERTS, int CAPACITY, int THREADS, bool HAS_MAP>
-__device__ __forceinline__ void build_route_table(RouteTable<EXPERTS, CAPACITY>& tb, const int32_t* __restrict__ topk_ids,
+__device__ __forceinline__ void build_route_table(RouteTable<EXPERTS, CAPACITY>& tb,
+                                                  const int32_t* __restrict__ topk_ids,
                                                   const int32_t* __restrict__ expert_map, int32_t num_global,
                                                   int32_t num_routes) {
   constexpr int kPerThread = (CAPACITY + THREADS - 1) / THREADS;

@@ -13,11 +13,12 @@ namespace {
 using heuristics::WarpDecodeShape;
 using heuristics::WeightFormat;
 
-constexpr std::string_view kGateUpFields[] = {"format",  "hidden",    "intermediate", "experts",      "top_k",  "max_tokens",
-                                              "k_split", "row_tiles", "n_tiles",      "stage_groups", "stages", "has_map"};
+constexpr std::string_view kGateUpFields[] = {"format",  "hidden",       "intermediate", "experts",
+                                              "top_k",   "max_tokens",   "k_split",      "row_tiles",
+                                              "n_tiles", "stage_groups", "stages",       "has_map"};
 constexpr jit::FamilySchema kGateUpSchema{"warp_decode.gate_up", kGateUpFields};
-constexpr std::string_view kDownFields[] = {"format",   "hidden",   "intermediate", "experts", "top_k",
-                                            "max_tokens", "warps",  "k_chunks",     "row_tiles", "n_tiles",
+constexpr std::string_view kDownFields[] = {"format",       "hidden", "intermediate", "experts",   "top_k",
+                                            "max_tokens",   "warps",  "k_chunks",     "row_tiles", "n_tiles",
                                             "stage_groups", "stages", "has_map"};
 constexpr jit::FamilySchema kDownSchema{"warp_decode.down", kDownFields};
 
@@ -28,9 +29,9 @@ void check_common(const jit::Descriptor& d) {
   const int64_t format = d[0], hidden = d[1], inter = d[2], experts = d[3], top_k = d[4], max_tokens = d[5];
   const int64_t has_map = d[static_cast<int>(d.schema->fields.size()) - 1];
   if ((format != 0 && format != 1) || hidden < 32 || hidden % 32 != 0 || hidden > (1 << 20) || inter < 32 ||
-      inter % 32 != 0 || inter > (1 << 20) || experts < 1 || experts > heuristics::kWarpDecodeMaxExperts ||
-      top_k < 1 || top_k > heuristics::kWarpDecodeMaxTopK ||
-      !power_of_two_in(max_tokens, 8, heuristics::kWarpDecodeMaxTokens) || (has_map != 0 && has_map != 1)) {
+      inter % 32 != 0 || inter > (1 << 20) || experts < 1 || experts > heuristics::kWarpDecodeMaxExperts || top_k < 1 ||
+      top_k > heuristics::kWarpDecodeMaxTopK || !power_of_two_in(max_tokens, 8, heuristics::kWarpDecodeMaxTokens) ||
+      (has_map != 0 && has_map != 1)) {
     throw_error(CHORD_ERROR_INVALID_ARGUMENT, "{}: values out of the kernel's range", jit::to_string(d));
   }
 }
@@ -96,9 +97,9 @@ const WarpDecodeShape kExampleInt4{WeightFormat::kInt4Group32, 7168, 256, 384, 3
 const WarpDecodeShape kExampleMxfp8{WeightFormat::kMxfp8, 2048, 384, 16, 128, 8, true};
 
 std::vector<jit::Descriptor> gate_up_examples(jit::Arch arch) {
-  return {warp_decode_gate_up_descriptor(arch, kExampleInt4, heuristics::select_warp_decode_gate_up(kExampleInt4, 1)),
-          warp_decode_gate_up_descriptor(arch, kExampleMxfp8,
-                                         heuristics::select_warp_decode_gate_up(kExampleMxfp8, 128))};
+  return {
+      warp_decode_gate_up_descriptor(arch, kExampleInt4, heuristics::select_warp_decode_gate_up(kExampleInt4, 1)),
+      warp_decode_gate_up_descriptor(arch, kExampleMxfp8, heuristics::select_warp_decode_gate_up(kExampleMxfp8, 128))};
 }
 
 std::vector<jit::Descriptor> down_examples(jit::Arch arch) {
@@ -148,12 +149,14 @@ void warp_decode_moe(const WarpDecodeMoeArgs& a, CUstream stream) {
                 "{}: hidden and intermediate must be multiples of the group size 32, got {} and {}", op, a.hidden,
                 a.intermediate);
   }
-  const int64_t k_multiple = 32 * heuristics::warp_decode_min_stage_groups(static_cast<heuristics::WeightFormat>(a.format));
+  const int64_t k_multiple =
+      32 * heuristics::warp_decode_min_stage_groups(static_cast<heuristics::WeightFormat>(a.format));
   if (a.hidden % k_multiple != 0 || a.intermediate % k_multiple != 0) {
-    throw_error(CHORD_ERROR_UNSUPPORTED,
-                "{}: {} weights need hidden and intermediate to be multiples of {} (whole shared-memory stages), got {} "
-                "and {}",
-                op, a.format == CHORD_WEIGHT_INT4_GROUP32 ? "INT4" : "MXFP8", k_multiple, a.hidden, a.intermediate);
+    throw_error(
+        CHORD_ERROR_UNSUPPORTED,
+        "{}: {} weights need hidden and intermediate to be multiples of {} (whole shared-memory stages), got {} "
+        "and {}",
+        op, a.format == CHORD_WEIGHT_INT4_GROUP32 ? "INT4" : "MXFP8", k_multiple, a.hidden, a.intermediate);
   }
   ops::require_range(a.num_experts, 1, heuristics::kWarpDecodeMaxExperts, op, "num_experts");
   ops::require_range(a.top_k, 1, heuristics::kWarpDecodeMaxTopK, op, "top_k");
@@ -172,17 +175,14 @@ void warp_decode_moe(const WarpDecodeMoeArgs& a, CUstream stream) {
   ops::require_pointer(a.output, op, "output", 16);
   const size_t need = warp_decode_moe_workspace_size(a.num_tokens, a.top_k, a.intermediate);
   if (a.workspace_bytes < need) {
-    throw_error(CHORD_ERROR_INVALID_ARGUMENT, "{}: workspace must hold [num_tokens*top_k, intermediate] BF16 = {} bytes, got {}",
-                op, need, a.workspace_bytes);
+    throw_error(CHORD_ERROR_INVALID_ARGUMENT,
+                "{}: workspace must hold [num_tokens*top_k, intermediate] BF16 = {} bytes, got {}", op, need,
+                a.workspace_bytes);
   }
 
-  const WarpDecodeShape s{static_cast<heuristics::WeightFormat>(a.format),
-                          a.hidden,
-                          a.intermediate,
-                          a.num_experts,
-                          a.expert_map ? a.num_global_experts : a.num_experts,
-                          a.top_k,
-                          a.expert_map != nullptr};
+  const WarpDecodeShape s{
+      static_cast<heuristics::WeightFormat>(a.format),     a.hidden, a.intermediate,         a.num_experts,
+      a.expert_map ? a.num_global_experts : a.num_experts, a.top_k,  a.expert_map != nullptr};
   JitRuntime& rt = JitRuntime::global();
   const ContextState& ctx = rt.context_for(stream);
   auto gu = heuristics::select_warp_decode_gate_up(s, a.num_tokens, ctx.facts);
@@ -199,12 +199,12 @@ void warp_decode_moe(const WarpDecodeMoeArgs& a, CUstream stream) {
   const int32_t global = s.global_experts;
   const int64_t slots = std::min<int64_t>(a.num_tokens * a.top_k, a.num_experts);
   const void* gate_up_args[] = {&a.x, &a.topk_ids, &a.expert_map, &global, &tokens, &a.w13, &a.w13_scale, &a.workspace};
-  launch(ctx, gate_up, {static_cast<uint32_t>(a.intermediate / (8 * gu.row_tiles)), static_cast<uint32_t>(slots), 1}, stream,
-         const_cast<void**>(gate_up_args));
+  launch(ctx, gate_up, {static_cast<uint32_t>(a.intermediate / (8 * gu.row_tiles)), static_cast<uint32_t>(slots), 1},
+         stream, const_cast<void**>(gate_up_args));
   const void* down_args[] = {&a.workspace, &a.topk_weights, &a.topk_ids, &a.expert_map, &global,
                              &tokens,      &a.w2,           &a.w2_scale, &a.output};
-  launch(ctx, down, {static_cast<uint32_t>(a.hidden / (16 * dn.row_tiles)), 1, 1}, stream, const_cast<void**>(down_args),
-         LaunchOrder::kProgrammatic);
+  launch(ctx, down, {static_cast<uint32_t>(a.hidden / (16 * dn.row_tiles)), 1, 1}, stream,
+         const_cast<void**>(down_args), LaunchOrder::kProgrammatic);
 }
 
 }  // namespace chordrt

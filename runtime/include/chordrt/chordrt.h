@@ -138,23 +138,23 @@ CHORD_API size_t chord_warp_decode_moe_workspace_size(int64_t num_tokens, int32_
 typedef struct chord_warp_decode_moe_args {
   size_t struct_size;
   chord_weight_format_t format;
-  int64_t num_tokens;   /* M, 0..128 */
-  int32_t hidden;       /* H, a multiple of 32 */
-  int32_t intermediate; /* I on this GPU, a multiple of 32 */
-  int32_t num_experts;  /* local experts E: the weights' leading dimension */
-  int32_t top_k;        /* 1..32 */
-  const void* x;               /* [M, H] BF16, 16-byte aligned */
-  const int32_t* topk_ids;     /* [M, top_k]; ids outside [0, E) (or unmapped) contribute nothing */
-  const float* topk_weights;   /* [M, top_k] */
-  const void* w13;             /* gate rows then up rows: [E, 2I, H] in `format`, 16-byte aligned */
+  int64_t num_tokens;        /* M, 0..128 */
+  int32_t hidden;            /* H, a multiple of 32 */
+  int32_t intermediate;      /* I on this GPU, a multiple of 32 */
+  int32_t num_experts;       /* local experts E: the weights' leading dimension */
+  int32_t top_k;             /* 1..32 */
+  const void* x;             /* [M, H] BF16, 16-byte aligned */
+  const int32_t* topk_ids;   /* [M, top_k]; ids outside [0, E) (or unmapped) contribute nothing */
+  const float* topk_weights; /* [M, top_k] */
+  const void* w13;           /* gate rows then up rows: [E, 2I, H] in `format`, 16-byte aligned */
   const void* w13_scale;
-  const void* w2;              /* [E, H, I] */
+  const void* w2; /* [E, H, I] */
   const void* w2_scale;
-  const int32_t* expert_map;   /* optional [num_global_experts]: global id -> local id, -1 = elsewhere */
-  int32_t num_global_experts;  /* with expert_map: how many ids topk_ids may hold */
-  void* workspace;             /* >= chord_warp_decode_moe_workspace_size() bytes, 16-byte aligned */
+  const int32_t* expert_map;  /* optional [num_global_experts]: global id -> local id, -1 = elsewhere */
+  int32_t num_global_experts; /* with expert_map: how many ids topk_ids may hold */
+  void* workspace;            /* >= chord_warp_decode_moe_workspace_size() bytes, 16-byte aligned */
   size_t workspace_bytes;
-  void* output;                /* [M, H] BF16: sum_j w[t, j] * down_e(silu(gate_e x) * up_e x) over local experts */
+  void* output; /* [M, H] BF16: sum_j w[t, j] * down_e(silu(gate_e x) * up_e x) over local experts */
 } chord_warp_decode_moe_args_t;
 
 /* A whole MoE expert block for a decode batch in two kernels: gate/up (each weight row read once for all
