@@ -187,7 +187,10 @@ CHORD_API chord_status_t chord_warp_decode_moe(const chord_warp_decode_moe_args_
   return guarded([&] {
     if (!args) chordrt::throw_error(CHORD_ERROR_INVALID_ARGUMENT, "chord_warp_decode_moe: args is null");
     check_struct(args, sizeof(chord_warp_decode_moe_args_t), "chord_warp_decode_moe_args_t");
-    const chordrt::WarpDecodeMoeArgs a{.format = args->format,
+    if (args->format != CHORD_WEIGHT_INT4_GROUP32 && args->format != CHORD_WEIGHT_MXFP8) {
+      chordrt::throw_error(CHORD_ERROR_INVALID_ARGUMENT, "warp_decode_moe: unknown weight format {}", args->format);
+    }
+    const chordrt::WarpDecodeMoeArgs a{.format = static_cast<chord_weight_format_t>(args->format),
                                        .num_tokens = args->num_tokens,
                                        .hidden = args->hidden,
                                        .intermediate = args->intermediate,

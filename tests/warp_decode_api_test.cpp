@@ -136,7 +136,7 @@ TEST_CASE("chord_warp_decode_moe argument checks", "[warp_decode][capi]") {
   a.struct_size = 8;
   expect_error(a, CHORD_ERROR_INVALID_ARGUMENT, {"struct_size"});
   a = valid_args();
-  a.format = static_cast<chord_weight_format_t>(7);
+  a.format = 7;
   expect_error(a, CHORD_ERROR_INVALID_ARGUMENT, {"weight format 7"});
   a = valid_args();
   a.num_tokens = 129;

@@ -137,7 +137,7 @@ CHORD_API size_t chord_warp_decode_moe_workspace_size(int64_t num_tokens, int32_
 
 typedef struct chord_warp_decode_moe_args {
   size_t struct_size;
-  chord_weight_format_t format;
+  int32_t format;            /* a chord_weight_format_t, as an int: any value is checked, none is undefined */
   int64_t num_tokens;        /* M, 0..128 */
   int32_t hidden;            /* H, a multiple of 32 */
   int32_t intermediate;      /* I on this GPU, a multiple of 32 */

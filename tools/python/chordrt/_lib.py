@@ -156,7 +156,7 @@ class WarpDecodeMoeArgs(_SizedStruct):
 
     _fields_ = [
         ("struct_size", ctypes.c_size_t),
-        ("format", ctypes.c_int),  # chord_weight_format_t
+        ("format", ctypes.c_int32),  # a chord_weight_format_t
         ("num_tokens", ctypes.c_int64),
         ("hidden", ctypes.c_int32),
         ("intermediate", ctypes.c_int32),
