@@ -682,3 +682,59 @@ def test_valid_calls_without_a_driver_report_it(chord, info, device_addresses):
             call()
         assert excinfo.value.status in expected, excinfo.value
         assert excinfo.value.message
+
+
+# ---- warp decode ------------------------------------------------------------------------------------
+
+
+def _warp_decode_args(chord, device_addresses, **over):
+    """Raw-pointer arguments of a small valid warp-decode call (Qwen3-like: H 2048, I 768, E 128, top-8)."""
+    x, ids, w, w13, s13, w2, s2, ws, out = device_addresses(9)
+    args = dict(
+        x=x, topk_ids=ids, topk_weights=w, w13=w13, w13_scale=s13, w2=w2, w2_scale=s2, workspace=ws, output=out,
+        weight_format=chord.WeightFormat.INT4_GROUP32, num_tokens=4, hidden=2048, intermediate=768, num_experts=128,
+        top_k=8, workspace_bytes=chord.warp_decode_moe_workspace_size(4, 8, 768),
+    )
+    args.update(over)
+    return args
+
+
+def test_warp_decode_workspace_size(chord):
+    assert chord.warp_decode_moe_workspace_size(4, 8, 768) == 4 * 8 * 768 * 2
+    assert chord.warp_decode_moe_workspace_size(0, 8, 768) == 0
+
+
+@pytest.mark.parametrize(
+    "over, word",
+    [
+        ({"num_tokens": 129}, "num_tokens"),
+        ({"hidden": 2000}, "multiples of the group size 32"),
+        ({"top_k": 33}, "top_k"),
+        ({"w2": 0}, "w2 is null"),
+        ({"workspace_bytes": 16}, "workspace"),
+        ({"weight_format": 5}, "is not a valid WeightFormat"),
+    ],
+)
+def test_warp_decode_bad_arguments(chord, device_addresses, over, word):
+    args = _warp_decode_args(chord, device_addresses, **over)
+    if word == "is not a valid WeightFormat":  # caught by the binding's enum before the call
+        with pytest.raises(ValueError, match=word):
+            chord.warp_decode_moe(**args)
+        return
+    assert word in raises_invalid(chord.warp_decode_moe, **args)
+
+
+def test_warp_decode_raw_mode_needs_sizes(chord, device_addresses):
+    args = _warp_decode_args(chord, device_addresses)
+    del args["intermediate"]
+    assert "intermediate" in raises_invalid(chord.warp_decode_moe, **args)
+    args = _warp_decode_args(chord, device_addresses, expert_map=device_addresses())
+    assert "num_global_experts" in raises_invalid(chord.warp_decode_moe, **args)
+
+
+def test_warp_decode_without_a_driver_reports_it(chord, info, device_addresses):
+    if info["driver_available"]:
+        pytest.skip("a driver is present: a complete call would launch")
+    with pytest.raises(chord.ChordError) as excinfo:
+        chord.warp_decode_moe(**_warp_decode_args(chord, device_addresses))
+    assert excinfo.value.status in {chord.Status.NO_DRIVER, chord.Status.NO_DEVICE}
