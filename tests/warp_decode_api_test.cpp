@@ -20,6 +20,7 @@ namespace {
 const WarpDecodeShape kKimiTp8{WeightFormat::kInt4Group32, 7168, 256, 384, 384, 8, false};
 const WarpDecodeShape kKimiEp8{WeightFormat::kInt4Group32, 7168, 2048, 48, 384, 8, true};
 const WarpDecodeShape kQwen{WeightFormat::kMxfp8, 2048, 768, 128, 128, 8, false};
+const WarpDecodeShape kExtreme{WeightFormat::kInt4Group32, 4096, 1536, 1024, 2048, 32, true};
 
 alignas(64) unsigned char g_host[4096];
 
@@ -67,7 +68,7 @@ TEST_CASE("warp decode token buckets and expected active experts", "[warp_decode
 
 TEST_CASE("warp decode configs divide the work exactly", "[warp_decode]") {
   using namespace chordrt::heuristics;
-  for (const WarpDecodeShape& s : {kKimiTp8, kKimiEp8, kQwen}) {
+  for (const WarpDecodeShape& s : {kKimiTp8, kKimiEp8, kQwen, kExtreme}) {
     for (int64_t m = 1; m <= kWarpDecodeMaxTokens; ++m) {
       INFO("hidden " << s.hidden << " inter " << s.intermediate << " tokens " << m);
       const auto g = select_warp_decode_gate_up(s, m);

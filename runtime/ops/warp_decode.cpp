@@ -92,19 +92,29 @@ KernelProgram down_program(const jit::Descriptor& d) {
   return p;
 }
 
-// Kimi K2 TP8 INT4 at one token, and a small MXFP8 shape with an expert map and the largest bucket.
-const WarpDecodeShape kExampleInt4{WeightFormat::kInt4Group32, 7168, 256, 384, 384, 8, false};
-const WarpDecodeShape kExampleMxfp8{WeightFormat::kMxfp8, 2048, 384, 16, 128, 8, true};
+// Kimi K2 TP8 INT4 at one token; a small MXFP8 shape with an expert map at the largest bucket; and the
+// API's extremes (1024 experts, top-32, 128 tokens: the largest route table in static shared memory).
+const WarpDecodeShape kExamples[] = {{WeightFormat::kInt4Group32, 7168, 256, 384, 384, 8, false},
+                                     {WeightFormat::kMxfp8, 2048, 384, 16, 128, 8, true},
+                                     {WeightFormat::kInt4Group32, 4096, 1536, 1024, 2048, 32, true}};
+constexpr int64_t kExampleTokens[] = {1, 128, 128};
 
 std::vector<jit::Descriptor> gate_up_examples(jit::Arch arch) {
-  return {
-      warp_decode_gate_up_descriptor(arch, kExampleInt4, heuristics::select_warp_decode_gate_up(kExampleInt4, 1)),
-      warp_decode_gate_up_descriptor(arch, kExampleMxfp8, heuristics::select_warp_decode_gate_up(kExampleMxfp8, 128))};
+  std::vector<jit::Descriptor> out;
+  for (size_t i = 0; i < std::size(kExamples); ++i) {
+    out.push_back(warp_decode_gate_up_descriptor(
+        arch, kExamples[i], heuristics::select_warp_decode_gate_up(kExamples[i], kExampleTokens[i])));
+  }
+  return out;
 }
 
 std::vector<jit::Descriptor> down_examples(jit::Arch arch) {
-  return {warp_decode_down_descriptor(arch, kExampleInt4, heuristics::select_warp_decode_down(kExampleInt4, 1)),
-          warp_decode_down_descriptor(arch, kExampleMxfp8, heuristics::select_warp_decode_down(kExampleMxfp8, 128))};
+  std::vector<jit::Descriptor> out;
+  for (size_t i = 0; i < std::size(kExamples); ++i) {
+    out.push_back(warp_decode_down_descriptor(arch, kExamples[i],
+                                              heuristics::select_warp_decode_down(kExamples[i], kExampleTokens[i])));
+  }
+  return out;
 }
 
 }  // namespace
