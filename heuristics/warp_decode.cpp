@@ -34,10 +34,9 @@ int ring_stages(WeightFormat f, int warps, int stage_groups, int row_tiles, int 
 }
 
 // One column tile holds 8 routes; a second pays off only when an expert expects more than 8.
-int column_tiles(const WarpDecodeShape& s, int64_t tokens) {
-  const double active = std::max(1.0, expected_active_experts(s, tokens));
+int column_tiles(const WarpDecodeShape& s, int64_t tokens, double active) {
   const double local_routes = static_cast<double>(tokens) * s.top_k * s.experts / std::max(1, s.global_experts);
-  return local_routes / active > 8.0 ? 2 : 1;
+  return local_routes / std::max(1.0, active) > 8.0 ? 2 : 1;
 }
 
 }  // namespace
@@ -68,7 +67,7 @@ WarpDecodeGateUpConfig select_warp_decode_gate_up(const WarpDecodeShape& s, int6
   return {warp_decode_token_bucket(tokens),
           split.parts,
           rt,
-          column_tiles(s, tokens),
+          column_tiles(s, tokens, active),
           split.stage_groups,
           ring_stages(s.format, split.parts, split.stage_groups, rt, 64 << 10)};
 }
@@ -92,7 +91,7 @@ WarpDecodeDownConfig select_warp_decode_down(const WarpDecodeShape& s, int64_t t
           kWarps,
           split.parts,
           rt,
-          column_tiles(s, tokens),
+          column_tiles(s, tokens, active),
           split.stage_groups,
           ring_stages(s.format, kWarps, split.stage_groups, rt, 48 << 10)};
 }

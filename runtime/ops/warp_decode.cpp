@@ -44,6 +44,15 @@ bool stages_ok(const jit::Descriptor& d, int64_t groups_per_part, int64_t sg, in
          stages >= 2 && stages <= 8;
 }
 
+// "chord::warp_decode::<kernel><v0, v1, ..., true|false>": the templates take the descriptor's fields in
+// schema order, the last (has_map) as a bool.
+std::string instantiation(std::string_view kernel, const jit::Descriptor& d) {
+  const size_t n = d.schema->fields.size();
+  std::string args;
+  for (size_t i = 0; i + 1 < n; ++i) args += fmt::format("{}, ", d.values[i]);
+  return fmt::format("chord::warp_decode::{}<{}{}>", kernel, args, d.values[n - 1] ? "true" : "false");
+}
+
 KernelProgram gate_up_program(const jit::Descriptor& d) {
   check_common(d);
   const int64_t k_split = d[6], row_tiles = d[7], n_tiles = d[8], sg = d[9], stages = d[10];
@@ -57,9 +66,7 @@ KernelProgram gate_up_program(const jit::Descriptor& d) {
   }
   KernelProgram p;
   p.header = "warp_decode/gate_up.cuh";
-  p.name_expression =
-      fmt::format("chord::warp_decode::gate_up_kernel<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>", d[0], d[1],
-                  d[2], d[3], d[4], d[5], k_split, row_tiles, n_tiles, sg, stages, d[11] ? "true" : "false");
+  p.name_expression = instantiation("gate_up_kernel", d);
   p.threads = static_cast<uint32_t>(32 * k_split);
   p.dynamic_smem = static_cast<uint32_t>(heuristics::warp_decode_gate_up_dynamic_smem(
       static_cast<heuristics::WeightFormat>(d[0]),
@@ -81,9 +88,7 @@ KernelProgram down_program(const jit::Descriptor& d) {
   }
   KernelProgram p;
   p.header = "warp_decode/down.cuh";
-  p.name_expression =
-      fmt::format("chord::warp_decode::down_kernel<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>", d[0], d[1],
-                  d[2], d[3], d[4], d[5], warps, k_chunks, row_tiles, n_tiles, sg, stages, d[12] ? "true" : "false");
+  p.name_expression = instantiation("down_kernel", d);
   p.threads = static_cast<uint32_t>(32 * warps);
   p.dynamic_smem = static_cast<uint32_t>(heuristics::warp_decode_down_dynamic_smem(
       static_cast<heuristics::WeightFormat>(d[0]),
