@@ -10,51 +10,54 @@
 namespace chordrt {
 
 struct DriverApi {
-#define CHORD_DRIVER_FUNCTIONS(X)                                                     \
-  X(cuInit, CUresult(unsigned))                                                       \
-  X(cuDriverGetVersion, CUresult(int*))                                               \
-  X(cuGetErrorName, CUresult(CUresult, const char**))                                 \
-  X(cuGetErrorString, CUresult(CUresult, const char**))                               \
-  X(cuDeviceGetCount, CUresult(int*))                                                 \
-  X(cuDeviceGet, CUresult(CUdevice*, int))                                            \
-  X(cuDeviceGetName, CUresult(char*, int, CUdevice))                                  \
-  X(cuDeviceGetAttribute, CUresult(int*, CUdevice_attribute, CUdevice))               \
-  X(cuDeviceTotalMem, CUresult(size_t*, CUdevice))                                    \
-  X(cuDevicePrimaryCtxRetain, CUresult(CUcontext*, CUdevice))                         \
-  X(cuCtxGetCurrent, CUresult(CUcontext*))                                            \
-  X(cuCtxSetCurrent, CUresult(CUcontext))                                             \
-  X(cuCtxPushCurrent, CUresult(CUcontext))                                            \
-  X(cuCtxPopCurrent, CUresult(CUcontext*))                                            \
-  X(cuCtxGetDevice, CUresult(CUdevice*))                                              \
-  X(cuCtxSynchronize, CUresult())                                                     \
-  X(cuStreamGetCtx, CUresult(CUstream, CUcontext*))                                   \
-  X(cuStreamIsCapturing, CUresult(CUstream, CUstreamCaptureStatus*))                  \
-  X(cuStreamCreate, CUresult(CUstream*, unsigned))                                    \
-  X(cuStreamDestroy, CUresult(CUstream))                                              \
-  X(cuStreamSynchronize, CUresult(CUstream))                                          \
-  X(cuStreamBeginCapture, CUresult(CUstream, CUstreamCaptureMode))                    \
-  X(cuStreamEndCapture, CUresult(CUstream, CUgraph*))                                 \
-  X(cuGraphInstantiateWithFlags, CUresult(CUgraphExec*, CUgraph, unsigned long long)) \
-  X(cuGraphLaunch, CUresult(CUgraphExec, CUstream))                                   \
-  X(cuGraphExecDestroy, CUresult(CUgraphExec))                                        \
-  X(cuGraphDestroy, CUresult(CUgraph))                                                \
-  X(cuModuleLoadData, CUresult(CUmodule*, const void*))                               \
-  X(cuModuleUnload, CUresult(CUmodule))                                               \
-  X(cuModuleGetFunction, CUresult(CUfunction*, CUmodule, const char*))                \
-  X(cuFuncSetAttribute, CUresult(CUfunction, CUfunction_attribute, int))              \
-  X(cuFuncGetAttribute, CUresult(int*, CUfunction_attribute, CUfunction))             \
-  X(cuLaunchKernelEx, CUresult(const CUlaunchConfig*, CUfunction, void**, void**))    \
-  X(cuMemAlloc, CUresult(CUdeviceptr*, size_t))                                       \
-  X(cuMemFree, CUresult(CUdeviceptr))                                                 \
-  X(cuMemcpyHtoD, CUresult(CUdeviceptr, const void*, size_t))                         \
-  X(cuMemcpyDtoH, CUresult(void*, CUdeviceptr, size_t))                               \
-  X(cuMemsetD8, CUresult(CUdeviceptr, unsigned char, size_t))                         \
-  X(cuMemsetD32Async, CUresult(CUdeviceptr, unsigned, size_t, CUstream))              \
-  X(cuEventCreate, CUresult(CUevent*, unsigned))                                      \
-  X(cuEventDestroy, CUresult(CUevent))                                                \
-  X(cuEventRecord, CUresult(CUevent, CUstream))                                       \
-  X(cuEventSynchronize, CUresult(CUevent))                                            \
-  X(cuEventElapsedTime, CUresult(float*, CUevent, CUevent))
+#define CHORD_DRIVER_FUNCTIONS(X)                                                                                    \
+  X(cuInit, CUresult(unsigned))                                                                                      \
+  X(cuDriverGetVersion, CUresult(int*))                                                                              \
+  X(cuGetErrorName, CUresult(CUresult, const char**))                                                                \
+  X(cuGetErrorString, CUresult(CUresult, const char**))                                                              \
+  X(cuDeviceGetCount, CUresult(int*))                                                                                \
+  X(cuDeviceGet, CUresult(CUdevice*, int))                                                                           \
+  X(cuDeviceGetName, CUresult(char*, int, CUdevice))                                                                 \
+  X(cuDeviceGetAttribute, CUresult(int*, CUdevice_attribute, CUdevice))                                              \
+  X(cuDeviceTotalMem, CUresult(size_t*, CUdevice))                                                                   \
+  X(cuDevicePrimaryCtxRetain, CUresult(CUcontext*, CUdevice))                                                        \
+  X(cuCtxGetCurrent, CUresult(CUcontext*))                                                                           \
+  X(cuCtxSetCurrent, CUresult(CUcontext))                                                                            \
+  X(cuCtxPushCurrent, CUresult(CUcontext))                                                                           \
+  X(cuCtxPopCurrent, CUresult(CUcontext*))                                                                           \
+  X(cuCtxGetDevice, CUresult(CUdevice*))                                                                             \
+  X(cuCtxSynchronize, CUresult())                                                                                    \
+  X(cuStreamGetCtx, CUresult(CUstream, CUcontext*))                                                                  \
+  X(cuStreamIsCapturing, CUresult(CUstream, CUstreamCaptureStatus*))                                                 \
+  X(cuStreamCreate, CUresult(CUstream*, unsigned))                                                                   \
+  X(cuStreamDestroy, CUresult(CUstream))                                                                             \
+  X(cuStreamSynchronize, CUresult(CUstream))                                                                         \
+  X(cuStreamBeginCapture, CUresult(CUstream, CUstreamCaptureMode))                                                   \
+  X(cuStreamEndCapture, CUresult(CUstream, CUgraph*))                                                                \
+  X(cuGraphInstantiateWithFlags, CUresult(CUgraphExec*, CUgraph, unsigned long long))                                \
+  X(cuGraphLaunch, CUresult(CUgraphExec, CUstream))                                                                  \
+  X(cuGraphExecDestroy, CUresult(CUgraphExec))                                                                       \
+  X(cuGraphDestroy, CUresult(CUgraph))                                                                               \
+  X(cuModuleLoadData, CUresult(CUmodule*, const void*))                                                              \
+  X(cuModuleUnload, CUresult(CUmodule))                                                                              \
+  X(cuModuleGetFunction, CUresult(CUfunction*, CUmodule, const char*))                                               \
+  X(cuFuncSetAttribute, CUresult(CUfunction, CUfunction_attribute, int))                                             \
+  X(cuFuncGetAttribute, CUresult(int*, CUfunction_attribute, CUfunction))                                            \
+  X(cuLaunchKernelEx, CUresult(const CUlaunchConfig*, CUfunction, void**, void**))                                   \
+  X(cuMemAlloc, CUresult(CUdeviceptr*, size_t))                                                                      \
+  X(cuMemFree, CUresult(CUdeviceptr))                                                                                \
+  X(cuMemcpyHtoD, CUresult(CUdeviceptr, const void*, size_t))                                                        \
+  X(cuMemcpyDtoH, CUresult(void*, CUdeviceptr, size_t))                                                              \
+  X(cuMemsetD8, CUresult(CUdeviceptr, unsigned char, size_t))                                                        \
+  X(cuMemsetD32Async, CUresult(CUdeviceptr, unsigned, size_t, CUstream))                                             \
+  X(cuEventCreate, CUresult(CUevent*, unsigned))                                                                     \
+  X(cuEventDestroy, CUresult(CUevent))                                                                               \
+  X(cuEventRecord, CUresult(CUevent, CUstream))                                                                      \
+  X(cuEventSynchronize, CUresult(CUevent))                                                                           \
+  X(cuEventElapsedTime, CUresult(float*, CUevent, CUevent))                                                          \
+  X(cuTensorMapEncodeTiled, CUresult(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,        \
+                                     const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, \
+                                     CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill))
 #define CHORD_DECLARE_FN(name, type) std::add_pointer_t<type> name = nullptr;
   CHORD_DRIVER_FUNCTIONS(CHORD_DECLARE_FN)
 #undef CHORD_DECLARE_FN

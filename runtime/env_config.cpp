@@ -46,6 +46,7 @@ EnvConfig EnvConfig::from_environment() {
   c.strict = env("CHORD_JIT_STRICT") == "1";
   c.record_misses = env("CHORD_RECORD_MISSES");
   c.warp_decode_override = env("CHORD_WARP_DECODE_CONFIG");
+  c.grouped_override = env("CHORD_GROUPED_CONFIG");
   return c;
 }
 

@@ -7,6 +7,8 @@
 //   CHORD_LOG_LEVEL       trace, debug, info, warn (default), error, off (read by runtime/logging.cpp)
 //   CHORD_WARP_DECODE_CONFIG  experiments: overrides of the warp-decode heuristics, e.g.
 //                         "gate_up.stages=4,down.warps=8" (keys in heuristics/warp_decode.hpp)
+//   CHORD_GROUPED_CONFIG  experiments: overrides of the grouped GEMM heuristics, e.g.
+//                         "block_m=64,slices=1,stages=6" (heuristics/grouped.hpp)
 #pragma once
 
 #include <cstdint>
@@ -23,6 +25,7 @@ struct EnvConfig {
   bool strict = false;
   std::string record_misses;
   std::string warp_decode_override;
+  std::string grouped_override;
 
   static EnvConfig from_environment();
 };

@@ -2,6 +2,7 @@
 
 #include "runtime/error.hpp"
 #include "runtime/ops/glue.hpp"
+#include "runtime/ops/grouped.hpp"
 #include "runtime/ops/warp_decode.hpp"
 
 namespace chordrt {
@@ -11,7 +12,8 @@ std::string KernelProgram::source() const { return fmt::format("#include \"{}\"\
 std::span<const KernelFamily* const> kernel_families() {
   static const KernelFamily* const kFamilies[] = {&ops::kMoeAlignFamily, &ops::kSiluAndMulFamily,
                                                   &ops::kMoeCombineFamily, &ops::kWarpDecodeGateUpFamily,
-                                                  &ops::kWarpDecodeDownFamily};
+                                                  &ops::kWarpDecodeDownFamily, &ops::kGroupedPackFamily,
+                                                  &ops::kGroupedGemmFamily};
   return kFamilies;
 }
 

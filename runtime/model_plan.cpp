@@ -8,6 +8,7 @@
 
 #include "runtime/error.hpp"
 #include "runtime/ops/glue.hpp"
+#include "runtime/ops/grouped.hpp"
 #include "runtime/ops/warp_decode.hpp"
 
 namespace chordrt {
@@ -60,6 +61,31 @@ std::string weight_format_of(const nlohmann::json& config) {
     }
   }
   return "";
+}
+
+// The grouped family under expert parallelism: packers and GEMMs of both projections in both modes, for
+// prefill steps of 128 rows per expert up to 64K rows and decode batches of 1..256 expected tokens per
+// expert (the heuristics map those onto a few configurations).
+template <typename Add>
+void add_grouped_descriptors(const MoeModelShape& m, int64_t inter, int experts, jit::Arch arch, Add&& add) {
+  using heuristics::GroupedMode;
+  const std::pair<int64_t, int64_t> projections[] = {{2 * inter, m.hidden}, {m.hidden, inter}};  // (N, K)
+  for (const GroupedMode mode : {GroupedMode::kContiguous, GroupedMode::kMasked}) {
+    for (const auto& [n, k] : projections) {
+      const heuristics::GroupedShape s{mode, n, k, experts};
+      if (!heuristics::grouped_config_error(s, heuristics::select_grouped(s, 1)).empty()) continue;
+      add(ops::grouped_pack_descriptor(arch, mode, n, k));
+      if (mode == GroupedMode::kContiguous) {
+        for (int64_t rows = 128LL * experts; rows <= 65536; rows *= 2) {
+          add(ops::grouped_gemm_descriptor(arch, s, heuristics::select_grouped(s, rows)));
+        }
+      } else {
+        for (int64_t expected = 1; expected <= 256; ++expected) {
+          add(ops::grouped_gemm_descriptor(arch, s, heuristics::select_grouped(s, expected)));
+        }
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -156,6 +182,8 @@ std::vector<jit::Descriptor> plan_descriptors(const MoeModelShape& m, const Depl
       add(ops::warp_decode_down_descriptor(arch, s, dn));
     }
   }
+  if (m.weight_format == "int4" && ep)
+    add_grouped_descriptors(m, inter, m.num_experts / dep.expert_parallel, arch, add);
   return out;
 }
 

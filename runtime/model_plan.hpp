@@ -37,7 +37,9 @@ std::vector<std::string> model_preset_names();
 MoeModelShape resolve_model(std::string_view preset_or_path);
 
 // Deduplicated, in a stable order: the MoE glue kernels, then (when the model has a warp-decode weight
-// format and its shapes are supported) warp decode's gate/up and down for every batch of 1..128 tokens.
+// format and its shapes are supported) warp decode's gate/up and down for every batch of 1..128 tokens,
+// and for INT4 models under expert parallelism the grouped packers and GEMMs (contiguous prefill
+// buckets, masked decode buckets) of both projections.
 std::vector<jit::Descriptor> plan_descriptors(const MoeModelShape& model, const Deployment& deployment, jit::Arch arch);
 
 }  // namespace chordrt

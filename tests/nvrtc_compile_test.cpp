@@ -59,7 +59,7 @@ TEST_CASE("the registry lists every family", "[nvrtc]") {
     }
   }
   CHECK(names == std::set<std::string>{"glue.moe_align", "glue.silu_and_mul", "glue.moe_combine", "warp_decode.gate_up",
-                                       "warp_decode.down"});
+                                       "warp_decode.down", "grouped.pack", "grouped.gemm"});
   CHECK(chordrt::find_family("glue.nope") == nullptr);
   CHECK_FALSE(chordrt::embedded_sources().empty());
 }

@@ -162,6 +162,61 @@ typedef struct chord_warp_decode_moe_args {
  * summed in FP32 with the routing weights folded in, written once). No moe_align, padding or combine. */
 CHORD_API chord_status_t chord_warp_decode_moe(const chord_warp_decode_moe_args_t* args, CUstream stream);
 
+/* ---- W4A16 grouped MoE GEMMs (SM90: contiguous prefill, masked decode) ------------------------------ */
+typedef enum chord_grouped_mode {
+  CHORD_GROUPED_CONTIGUOUS = 0, /* prefill: rows concatenated per expert, padded to 128; packs BLOCK_K 64 */
+  CHORD_GROUPED_MASKED = 1      /* decode: a fixed row budget per expert, counts on the device; BLOCK_K 128 */
+} chord_grouped_mode_t;
+
+/* A weight packed for one grouped mode. Filled by chord_grouped_pack; the GEMMs check every field (and
+ * the tag, which binds them together) and reject a weight packed for the other mode. The caller owns the
+ * two device buffers. */
+typedef struct chord_grouped_weight {
+  size_t struct_size;
+  int32_t mode; /* a chord_grouped_mode_t */
+  int32_t num_experts;
+  int32_t n; /* output features per expert, a multiple of 128 */
+  int32_t k; /* input features, a multiple of 64 (contiguous) or 128 (masked) */
+  void* packed;
+  void* scale; /* BF16 [E, K/32, N] */
+  uint64_t tag;
+} chord_grouped_weight_t;
+
+/* Device bytes the packed weight and its scales need (both 0 and INVALID_ARGUMENT for a bad shape). */
+CHORD_API chord_status_t chord_grouped_weight_sizes(int32_t mode, int32_t num_experts, int32_t n, int32_t k,
+                                                    size_t* packed_bytes, size_t* scale_bytes);
+
+typedef struct chord_grouped_pack_args {
+  size_t struct_size;
+  int32_t mode;
+  int32_t num_experts, n, k;
+  /* The checkpoint's quantization scheme; anything but 4 bits, group 32, symmetric, BF16 scales is
+   * rejected with CHORD_ERROR_UNSUPPORTED. */
+  int32_t bits, group_size, symmetric, scale_is_bf16;
+  const void* weight_packed; /* int32 [E, N, K/8], nibble = q + 8, least significant first along K */
+  const void* weight_scale;  /* BF16 [E, N, K/32] */
+  void* packed;              /* >= packed_bytes of chord_grouped_weight_sizes, 16-byte aligned */
+  size_t packed_bytes;
+  void* scale; /* >= scale_bytes, 16-byte aligned */
+  size_t scale_bytes;
+} chord_grouped_pack_args_t;
+
+/* Launches the packer on `stream` and fills *weight (usable once the stream reaches that point). */
+CHORD_API chord_status_t chord_grouped_pack(const chord_grouped_pack_args_t* args, chord_grouped_weight_t* weight,
+                                            CUstream stream);
+
+/* out[m, N] BF16 = a[m, K] BF16 times the weight of expert m_indices[row] (int32 [m]). Each expert's rows
+ * are contiguous and padded to a multiple of 128; -1 marks a padding row, which is skipped and not
+ * written (nor is a row whose id is outside [0, E)). m may be 0. */
+CHORD_API chord_status_t chord_grouped_contiguous(const void* a, int64_t m, const chord_grouped_weight_t* weight,
+                                                  const int32_t* m_indices, void* out, CUstream stream);
+
+/* out[G*max_m, N] BF16 (flat) = a[G*max_m, K] (or [G, max_m, K]) times expert g's weight for the first
+ * masked_m[g] rows of each group g (int32 [G] on the device, clamped to [0, max_m], never read by the
+ * host); other rows are untouched. expected_m (> 0, host) only picks the kernel configuration. */
+CHORD_API chord_status_t chord_grouped_masked(const void* a, int32_t max_m, const chord_grouped_weight_t* weight,
+                                              const int32_t* masked_m, int32_t expected_m, void* out, CUstream stream);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -110,4 +110,15 @@ struct WarpDecodeMoeArgs {
 };
 CHORD_API void warp_decode_moe(const WarpDecodeMoeArgs& args, CUstream stream);
 
+// ---- W4A16 grouped MoE GEMMs ------------------------------------------------------------------------
+// As the chord_grouped_* functions (same structs); errors are thrown as chordrt::Error.
+
+CHORD_API void grouped_weight_sizes(int32_t mode, int32_t num_experts, int32_t n, int32_t k, size_t* packed_bytes,
+                                    size_t* scale_bytes);
+CHORD_API chord_grouped_weight_t grouped_pack(const chord_grouped_pack_args_t& args, CUstream stream);
+CHORD_API void grouped_contiguous(const void* a, int64_t m, const chord_grouped_weight_t* weight,
+                                  const int32_t* m_indices, void* out, CUstream stream);
+CHORD_API void grouped_masked(const void* a, int32_t max_m, const chord_grouped_weight_t* weight,
+                              const int32_t* masked_m, int32_t expected_m, void* out, CUstream stream);
+
 }  // namespace chordrt

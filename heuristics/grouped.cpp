@@ -1,0 +1,124 @@
+#include "heuristics/grouped.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+
+namespace chordrt::heuristics {
+
+namespace {
+
+constexpr int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+constexpr int kConsumerRegisters = 232;
+
+// Tiles of a configuration when every row block is used (contiguous) or every expert has rows_hint.
+int64_t tile_count(const GroupedShape& s, const GroupedConfig& c, int64_t rows_hint) {
+  const int64_t n_blocks = s.n / (128 * c.slices);
+  if (s.mode == GroupedMode::kContiguous) return (rows_hint + c.block_m - 1) / c.block_m * n_blocks;
+  return s.experts * ((rows_hint + c.block_m - 1) / c.block_m) * n_blocks;
+}
+
+// The deepest ring (at most 8 stages) that fits beside the epilogue.
+int deepest_ring(const GroupedShape& s, GroupedConfig c, const DeviceFacts& facts) {
+  for (int stages = 8; stages >= 2; --stages) {
+    c.stages = stages;
+    if (grouped_dynamic_smem(s, c) <= facts.max_smem_per_block_optin) return stages;
+  }
+  return 2;
+}
+
+}  // namespace
+
+int grouped_block_k(GroupedMode mode) { return mode == GroupedMode::kContiguous ? 64 : 128; }
+
+int64_t grouped_dynamic_smem(const GroupedShape& s, const GroupedConfig& c) {
+  const int64_t bk = grouped_block_k(s.mode), block_n = 128 * c.slices;
+  const int64_t stage = round_up(c.block_m * bk * 2 + block_n * bk / 2 + bk / 32 * block_n * 2, 1024);
+  const int64_t epilogue = 2LL * c.block_m * (c.slices * kGroupedSliceRows + 8) * 2;
+  return c.stages * stage + epilogue + 2LL * c.stages * 8 + (s.experts + 1) * 4 + 1024;
+}
+
+int grouped_consumer_registers(const GroupedShape& s, const GroupedConfig& c) {
+  const int steps = grouped_block_k(s.mode) / 16;
+  return c.slices * c.block_m / 2 + 2 * c.slices * steps * 4 + 40;
+}
+
+std::string grouped_config_error(const GroupedShape& s, const GroupedConfig& c, const DeviceFacts& facts) {
+  const int64_t bk = grouped_block_k(s.mode);
+  if (s.experts < 1 || s.experts > kGroupedMaxExperts) {
+    return fmt::format("experts must be in [1, {}], got {}", kGroupedMaxExperts, s.experts);
+  }
+  if (c.slices != 1 && c.slices != 2) return fmt::format("slices must be 1 or 2, got {}", c.slices);
+  if (s.n < 128 || s.n % (128 * c.slices) != 0) {
+    return fmt::format("N must be a positive multiple of {} (tile N), got {}", 128 * c.slices, s.n);
+  }
+  if (s.k < bk || s.k % bk != 0) return fmt::format("K must be a positive multiple of {}, got {}", bk, s.k);
+  if (c.block_m < 8 || c.block_m > 256 || c.block_m % 8 != 0) {
+    return fmt::format("block_m must be a multiple of 8 in [8, 256], got {}", c.block_m);
+  }
+  if (c.stages < 2 || c.stages > 16) return fmt::format("stages must be in [2, 16], got {}", c.stages);
+  if (const int regs = grouped_consumer_registers(s, c); regs > kConsumerRegisters) {
+    return fmt::format("block_m {} with {} slices needs ~{} registers per consumer thread (at most {})", c.block_m,
+                       c.slices, regs, kConsumerRegisters);
+  }
+  if (const int64_t smem = grouped_dynamic_smem(s, c); smem > facts.max_smem_per_block_optin) {
+    return fmt::format("needs {} bytes of shared memory (at most {})", smem, facts.max_smem_per_block_optin);
+  }
+  return "";
+}
+
+GroupedConfig select_grouped(const GroupedShape& s, int64_t rows_hint, const DeviceFacts& facts) {
+  GroupedConfig c;
+  rows_hint = std::max<int64_t>(rows_hint, 1);
+  if (s.mode == GroupedMode::kContiguous) {
+    // Tokens on wgmma N: 128-row blocks (the contract's padding) with 256 weight rows per tile while that
+    // still fills every SM; smaller tiles for small problems, where filling the GPU matters more.
+    const GroupedConfig order[] = {{128, 2, 0}, {128, 1, 0}, {64, 2, 0}, {64, 1, 0}};
+    c = order[3];
+    for (const GroupedConfig& o : order) {
+      if (s.n % (128 * o.slices) == 0 && tile_count(s, o, rows_hint) >= facts.sm_count) {
+        c = o;
+        break;
+      }
+    }
+  } else {
+    // Memory-bound decode: a row block a little above the expected tokens per expert (uneven counts
+    // spill over it rarely), split in even blocks above 128.
+    const double factor = s.k >= 4096 ? 1.3 : 1.25;
+    const int64_t want = static_cast<int64_t>(static_cast<double>(rows_hint) * factor + 0.999);
+    const int64_t blocks = (want + 127) / 128;
+    c.block_m = static_cast<int>(std::clamp<int64_t>(round_up((want + blocks - 1) / blocks, 8), 8, 128));
+    // One 64-row slice per consumer: two would double the fragment registers of a 128-wide K block
+    // (ptxas spills) for no bandwidth gain, and halve the tiles that balance the SMs.
+    c.slices = 1;
+  }
+  c.stages = deepest_ring(s, c, facts);
+  return c;
+}
+
+std::string apply_grouped_override(std::string_view spec, GroupedConfig& c) {
+  while (!spec.empty()) {
+    const size_t comma = spec.find(',');
+    const std::string_view item = spec.substr(0, comma);
+    spec = comma == std::string_view::npos ? std::string_view() : spec.substr(comma + 1);
+    const size_t eq = item.find('=');
+    if (eq == std::string_view::npos) return fmt::format("expected field=value, got \"{}\"", item);
+    const std::string_view field = item.substr(0, eq), digits = item.substr(eq + 1);
+    int value = 0;
+    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+    if (ec != std::errc() || end != digits.data() + digits.size()) return fmt::format("bad value in \"{}\"", item);
+    if (field == "block_m") {
+      c.block_m = value;
+    } else if (field == "slices") {
+      c.slices = value;
+    } else if (field == "stages") {
+      c.stages = value;
+    } else {
+      return fmt::format("unknown key \"{}\" (block_m, slices, stages)", field);
+    }
+  }
+  return "";
+}
+
+}  // namespace chordrt::heuristics

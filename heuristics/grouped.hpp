@@ -1,0 +1,50 @@
+// Configuration of the W4A16 grouped GEMM (contiguous prefill, masked decode): pure functions of the
+// shape, the rows hint and the device facts.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "heuristics/device_facts.hpp"
+
+namespace chordrt::heuristics {
+
+enum class GroupedMode : int { kContiguous = 0, kMasked = 1 };
+
+constexpr int kGroupedMaxExperts = 1024;  // the masked scheduler's per-CTA prefix table
+constexpr int kGroupedSliceRows = 64;     // weight rows per wgmma (M)
+constexpr int kGroupedConsumers = 2;      // consumer warpgroups per CTA
+
+// The packed layout's K block: contiguous 64, masked 128 (its shared-memory stages hold one block).
+int grouped_block_k(GroupedMode mode);
+
+struct GroupedShape {
+  GroupedMode mode = GroupedMode::kContiguous;
+  int64_t n = 0, k = 0;
+  int experts = 0;
+};
+
+struct GroupedConfig {
+  int block_m = 128;  // tokens per tile (wgmma N), a multiple of 8 up to 256
+  int slices = 2;     // 64-row weight slices per consumer warpgroup: tile N = 128 * slices
+  int stages = 4;     // shared-memory ring depth, one K block per stage
+};
+
+// Dynamic shared memory of a configuration (ring + epilogue + barriers + masked prefix + alignment).
+int64_t grouped_dynamic_smem(const GroupedShape& s, const GroupedConfig& c);
+
+// Registers per consumer thread the configuration needs (accumulators + two fragment buffers + ~40 for
+// addresses and scales), checked against the 232 a consumer gets after setmaxnreg.
+int grouped_consumer_registers(const GroupedShape& s, const GroupedConfig& c);
+
+// "" when (s, c) is a valid kernel, else why not.
+std::string grouped_config_error(const GroupedShape& s, const GroupedConfig& c, const DeviceFacts& facts = {});
+
+// rows_hint: contiguous m (total rows, padding included); masked expected_m (tokens per expert).
+GroupedConfig select_grouped(const GroupedShape& s, int64_t rows_hint, const DeviceFacts& facts = {});
+
+// Experiments: "block_m=64,slices=1,stages=6" overrides fields of c; returns "" or what was wrong.
+std::string apply_grouped_override(std::string_view spec, GroupedConfig& c);
+
+}  // namespace chordrt::heuristics

@@ -1,0 +1,275 @@
+// W4A16 grouped GEMM (SM90): out[row, n] = sum_k A[row, k] * W_e[n, k] for the expert e of each row.
+//
+// Persistent and warp-specialized: warpgroup 0 is the producer (one thread issues tensor copies of the
+// activation tile and bulk copies of packed-weight and scale tiles into a STAGES-deep ring, each stage
+// completing on its `full` mbarrier); warpgroups 1 and 2 consume. A consumer dequantizes its weight rows
+// straight into wgmma A-operand registers (weights on wgmma M, BM tokens on wgmma N, the activation tile
+// read from shared memory by descriptor), so dequantized weights never go back to shared memory. Per K
+// block: issue the block's wgmmas and commit, then load and dequantize the next block into the other
+// register buffer while they run (wait<1> frees the older buffer and its ring stage). Dequant is exact per
+// element: 0x4300 | nibble is 128 + nibble in BF16, minus 136 gives q, times the group's BF16 scale gives
+// RN(q * s), the unfused BF16 rounding. FP32 accumulators; the epilogue goes through shared memory to
+// 16-byte row stores of the valid rows only.
+#pragma once
+
+#include "common/mma.cuh"
+#include "common/tma.cuh"
+#include "common/warpgroup.cuh"
+#include "grouped/layout.cuh"
+#include "grouped/scheduler.cuh"
+
+namespace chord::grouped {
+
+// CUtensorMap as the kernel sees it: 128 opaque bytes, passed by value as a __grid_constant__ parameter.
+struct alignas(64) TensorMap {
+  uint64_t opaque[16];
+};
+
+__device__ __forceinline__ uint32_t sub_bf16x2(uint32_t a, uint32_t b) {
+  uint32_t r;
+  asm("sub.rn.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+}
+
+__device__ __forceinline__ uint32_t mul_bf16x2(uint32_t a, uint32_t b) {
+  uint32_t r;
+  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+}
+
+// Names one of the two fragment register buffers at compile time (register arrays need constant indices).
+template <int V>
+struct Buffer {
+  static constexpr int value = V;
+};
+
+template <int BM, int SLICES, int BLOCK_K, int STAGES>
+struct GemmSmem {
+  static constexpr int kActChunkBytes = BM * 128;  // BM rows x 64 BF16, 128-byte swizzled
+  static constexpr int kActBytes = BLOCK_K / 64 * kActChunkBytes;
+  static constexpr int kBlockN = 2 * SLICES * kSliceRows;
+  static constexpr int kWeightBytes = kBlockN * BLOCK_K / 2;
+  static constexpr int kScaleBytes = BLOCK_K / kGroup * kBlockN * 2;
+  static constexpr int kStageBytes = (kActBytes + kWeightBytes + kScaleBytes + 1023) / 1024 * 1024;
+  static constexpr int kEpiloguePitch = SLICES * kSliceRows + 8;  // BF16 per token row (+16 bytes: banks)
+  static constexpr int kEpilogueBytes = 2 * BM * kEpiloguePitch * 2;
+  static constexpr int kBarrierOffset = STAGES * kStageBytes + kEpilogueBytes;
+  static constexpr int kPrefixOffset = kBarrierOffset + 2 * STAGES * 8;
+  // + 1024: the dynamic allocation is aligned up to 1024 in the kernel (128-byte swizzle atoms).
+  static constexpr int total(int experts) { return kPrefixOffset + (experts + 1) * 4 + 1024; }
+};
+
+template <int MODE, int N, int K, int EXPERTS, int BM, int SLICES, int BLOCK_K, int STAGES>
+__global__ void __launch_bounds__(384, 1)
+    grouped_gemm_kernel(const __grid_constant__ TensorMap act_map, const uint32_t* __restrict__ packed,
+                        const bf16* __restrict__ packed_scale, const int32_t* __restrict__ routing, int rows,
+                        bf16* __restrict__ out) {
+  using Smem = GemmSmem<BM, SLICES, BLOCK_K, STAGES>;
+  using Mma = WgmmaRs<BM>;
+  constexpr int kBlockN = Smem::kBlockN, kNBlocks = N / kBlockN, kKBlocks = K / BLOCK_K;
+  constexpr int kSteps = BLOCK_K / 16, kGroups = BLOCK_K / kGroup, kChunks = BLOCK_K / 64;
+  static_assert(BM % 8 == 0 && BM >= 8 && BM <= 256, "wgmma N is 8..256 in steps of 8");
+  static_assert(N % kBlockN == 0 && K % BLOCK_K == 0, "shape must tile exactly");
+  static_assert(EXPERTS >= 1 && EXPERTS <= Scheduler<MODE, BM, kNBlocks, EXPERTS>::kMaxGroups, "experts");
+
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = smem_raw + ((1024 - (smem_address(smem_raw) & 1023)) & 1023);
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + Smem::kBarrierOffset);
+  uint64_t* empty = full + STAGES;
+  Scheduler<MODE, BM, kNBlocks, EXPERTS> sched{routing, rows, reinterpret_cast<int*>(smem + Smem::kPrefixOffset)};
+
+  const int warpgroup = threadIdx.x / 128;
+  if (threadIdx.x == 0) {
+    prefetch_tensor_map(&act_map);
+    for (int s = 0; s < STAGES; ++s) {
+      mbarrier_init(&full[s], 1);
+      mbarrier_init(&empty[s], 8);  // one arrival per consumer warp
+    }
+    fence_barrier_init();
+  }
+  sched.prepare(threadIdx.x, blockDim.x);
+  __syncthreads();
+  const int tiles = sched.tiles();
+
+  if (warpgroup == 0) {
+    set_max_registers_decrease<40>();
+    if (threadIdx.x >= 32) return;
+    int it = 0;
+    for (int index = blockIdx.x; index < tiles; index += gridDim.x) {
+      const Tile t = sched.tile(index);
+      if (t.expert < 0) continue;
+      if (threadIdx.x == 0) {
+        for (int kb = 0; kb < kKBlocks; ++kb, ++it) {
+          const int s = it % STAGES;
+          mbarrier_wait(&empty[s], ((it / STAGES) & 1) ^ 1);
+          uint8_t* stage = smem + s * Smem::kStageBytes;
+          mbarrier_arrive_expect_bytes(&full[s], Smem::kActBytes + Smem::kWeightBytes + Smem::kScaleBytes);
+          for (int c = 0; c < kChunks; ++c) {
+            tensor_copy_2d(stage + c * Smem::kActChunkBytes, &act_map, kb * BLOCK_K + c * 64, t.row0, &full[s]);
+          }
+          uint8_t* w = stage + Smem::kActBytes;
+          for (int q = 0; q < 2 * SLICES; ++q) {
+            bulk_copy(w + q * (kSliceRows * BLOCK_K / 2),
+                      packed + slice_block_offset<N, K, BLOCK_K>(t.expert, t.n_block * 2 * SLICES + q, kb),
+                      kSliceRows * BLOCK_K / 2, &full[s]);
+          }
+          uint8_t* sc = w + Smem::kWeightBytes;
+          for (int g = 0; g < kGroups; ++g) {
+            bulk_copy(sc + g * kBlockN * 2,
+                      packed_scale + (static_cast<long long>(t.expert) * (K / kGroup) + kb * kGroups + g) * N +
+                          t.n_block * kBlockN,
+                      kBlockN * 2, &full[s]);
+          }
+        }
+      } else {
+        it += kKBlocks;
+      }
+    }
+    return;
+  }
+
+  set_max_registers_increase<232>();
+  const int consumer = warpgroup - 1, tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
+  const int g = lane / 4, t4 = lane % 4;
+  // This thread's weight rows inside the tile: slice (consumer * SLICES + j), rows 16*warp + g (+8).
+  const int row_in_slice = warp * 16 + g;
+  bf16* epilogue = reinterpret_cast<bf16*>(smem + STAGES * Smem::kStageBytes) + consumer * BM * Smem::kEpiloguePitch;
+
+  float acc[SLICES][Mma::kAccumulators];
+  uint32_t frag[2][SLICES][kSteps][4];
+  int it = 0;
+
+  // Reads stage `s`'s words and scales for this thread and dequantizes them into frag[BUF].
+  auto load_and_dequant = [&](auto buf_tag, int s) {
+    constexpr int BUF = decltype(buf_tag)::value;
+    const uint8_t* stage = smem + s * Smem::kStageBytes;
+    const uint8_t* w = stage + Smem::kActBytes;
+    const bf16* sc = reinterpret_cast<const bf16*>(w + Smem::kWeightBytes);
+#pragma unroll
+    for (int j = 0; j < SLICES; ++j) {
+      const int slice = consumer * SLICES + j;
+      uint32_t words[kSteps];
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c) {
+        const uint4 v = *reinterpret_cast<const uint4*>(w + slice * (kSliceRows * BLOCK_K / 2) +
+                                                        ((warp * kChunks + c) * 32 + lane) * 16);
+        words[4 * c + 0] = v.x;
+        words[4 * c + 1] = v.y;
+        words[4 * c + 2] = v.z;
+        words[4 * c + 3] = v.w;
+      }
+#pragma unroll
+      for (int gi = 0; gi < kGroups; ++gi) {
+        const bf16* group_scales = sc + gi * kBlockN + slice * kSliceRows + row_in_slice;
+        const uint32_t s0 = group_scales[0].bits, s1 = group_scales[8].bits;
+        const uint32_t scale0 = s0 | (s0 << 16), scale1 = s1 | (s1 << 16);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const uint32_t word = words[2 * gi + h];
+          uint32_t(&a)[4] = frag[BUF][j][2 * gi + h];
+          constexpr uint32_t kNibbles = 0x000F000Fu, k128 = 0x43004300u, k136 = 0x43084308u;
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const uint32_t biased = and_or(word >> (4 * i), kNibbles, k128);
+            a[i] = mul_bf16x2(sub_bf16x2(biased, k136), (i & 1) ? scale1 : scale0);
+          }
+        }
+      }
+    }
+  };
+
+  // Issues the wgmmas of stage `s` from frag[BUF] and commits them as one batch.
+  auto issue = [&](auto buf_tag, int s, bool first_block) {
+    constexpr int BUF = decltype(buf_tag)::value;
+    const uint8_t* act = smem + s * Smem::kStageBytes;
+#pragma unroll
+    for (int j = 0; j < SLICES; ++j) {
+#pragma unroll
+      for (int i = 0; i < Mma::kAccumulators; ++i) fence_operand(acc[j][i]);
+    }
+    wgmma_fence();
+#pragma unroll
+    for (int step = 0; step < kSteps; ++step) {
+      // k16 step: 32 bytes into the 128-byte swizzled row of chunk step / 4.
+      const uint64_t desc = smem_desc_k_major_sw128(act + (step / 4) * Smem::kActChunkBytes) + ((step % 4) * 32 >> 4);
+#pragma unroll
+      for (int j = 0; j < SLICES; ++j) Mma::mma(acc[j], frag[BUF][j][step], desc, !(first_block && step == 0));
+    }
+    wgmma_commit();
+#pragma unroll
+    for (int j = 0; j < SLICES; ++j) {
+#pragma unroll
+      for (int i = 0; i < Mma::kAccumulators; ++i) fence_operand(acc[j][i]);
+    }
+  };
+
+  auto release = [&](int s) {
+    __syncwarp();
+    if (lane == 0) mbarrier_arrive(&empty[s]);
+  };
+
+  for (int index = blockIdx.x; index < tiles; index += gridDim.x) {
+    const Tile tile = sched.tile(index);
+    if (tile.expert < 0) continue;
+    // Main loop over K blocks, two per iteration so the register buffer index is a constant.
+    mbarrier_wait(&full[it % STAGES], (it / STAGES) & 1);
+    load_and_dequant(Buffer<0>{}, it % STAGES);
+    for (int kb = 0; kb < kKBlocks; kb += 2) {
+      {
+        const int s = (it + kb) % STAGES;
+        issue(Buffer<0>{}, s, kb == 0);
+        if (kb + 1 < kKBlocks) {
+          const int next = it + kb + 1;
+          mbarrier_wait(&full[next % STAGES], (next / STAGES) & 1);
+        }
+        wgmma_wait<1>();
+        if (kb > 0) release((it + kb - 1) % STAGES);
+        if (kb + 1 < kKBlocks) load_and_dequant(Buffer<1>{}, (it + kb + 1) % STAGES);
+      }
+      if (kb + 1 < kKBlocks) {
+        const int s = (it + kb + 1) % STAGES;
+        issue(Buffer<1>{}, s, false);
+        if (kb + 2 < kKBlocks) {
+          const int next = it + kb + 2;
+          mbarrier_wait(&full[next % STAGES], (next / STAGES) & 1);
+        }
+        wgmma_wait<1>();
+        release((it + kb) % STAGES);
+        if (kb + 2 < kKBlocks) load_and_dequant(Buffer<0>{}, (it + kb + 2) % STAGES);
+      }
+    }
+    wgmma_wait<0>();
+    release((it + kKBlocks - 1) % STAGES);
+    it += kKBlocks;
+
+    // Epilogue: accumulator (weight row m, token c) -> shared [token][n] -> 16-byte row stores. Lane (g, t)
+    // holds, per 8-token step i, (m = 16*warp + g (+8), c = 8i + 2t (+1)).
+#pragma unroll
+    for (int j = 0; j < SLICES; ++j) {
+#pragma unroll
+      for (int i = 0; i < BM / 8; ++i) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const int token = 8 * i + 2 * t4 + (r & 1), n = j * kSliceRows + row_in_slice + (r >> 1) * 8;
+          epilogue[token * Smem::kEpiloguePitch + n] = to_bf16(acc[j][4 * i + r]);
+        }
+      }
+    }
+    named_barrier(1 + consumer, 128);
+    constexpr int kVecPerRow = SLICES * kSliceRows / 8;
+    const int n0 = tile.n_block * kBlockN + consumer * SLICES * kSliceRows;
+    for (int v = tid; v < BM * kVecPerRow; v += 128) {
+      const int token = v / kVecPerRow, col = (v % kVecPerRow) * 8;
+      const int row = tile.row0 + token;
+      bool write = row < tile.valid_end;
+      if constexpr (MODE == kContiguous) write = write && routing[row] == tile.expert;
+      if (write) {
+        *reinterpret_cast<uint4*>(out + static_cast<long long>(row) * N + n0 + col) =
+            *reinterpret_cast<const uint4*>(epilogue + token * Smem::kEpiloguePitch + col);
+      }
+    }
+    named_barrier(1 + consumer, 128);
+  }
+}
+
+}  // namespace chord::grouped

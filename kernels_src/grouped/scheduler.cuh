@@ -1,0 +1,87 @@
+// Tile schedule of the persistent grouped GEMM. A tile is (expert, block of BM rows, block of BN weight
+// rows); tiles are numbered N-block fastest so the CTAs running at one time share a row block (its
+// activations come from L2) and each expert's weights are streamed once per row block.
+//   contiguous: row block b covers rows [b*BM, b*BM + BM) of A; its expert is the one non-negative
+//               m_indices value among those rows (the contract pads each expert to 128 rows).
+//   masked:     the blocks of group g cover its first masked_m[g] rows (clamped to max_m); a prefix sum
+//               of blocks per group, built once per CTA in shared memory, maps a tile to its group.
+#pragma once
+
+#include "common/types.cuh"
+
+namespace chord::grouped {
+
+enum : int { kContiguous = 0, kMasked = 1 };
+
+struct Tile {
+  int expert;     // -1: nothing to do (padding-only block, or an expert id outside [0, E))
+  int row0;       // first row of A (and of the output) in this tile
+  int valid_end;  // masked: rows of this group before which outputs are written; contiguous: total rows
+  int n_block;
+};
+
+template <int MODE, int BM, int N_BLOCKS, int EXPERTS>
+struct Scheduler {
+  static constexpr int kMaxGroups = 1024;
+  const int32_t* routing;  // m_indices [rows] or masked_m [EXPERTS]
+  int rows;                // contiguous: m; masked: max_m
+  int* block_prefix;       // masked: EXPERTS + 1 ints of shared memory
+
+  // Masked: every thread of the CTA calls this once, before any tile is asked for.
+  __device__ void prepare(int thread, int threads) {
+    if constexpr (MODE == kMasked) {
+      // A short serial scan: EXPERTS <= 1024 counts, done once per CTA.
+      if (thread == 0) {
+        int sum = 0;
+        for (int g = 0; g < EXPERTS; ++g) {
+          block_prefix[g] = sum;
+          const int m = min(max(routing[g], 0), rows);
+          sum += (m + BM - 1) / BM;
+        }
+        block_prefix[EXPERTS] = sum;
+      }
+      __syncthreads();
+    }
+  }
+
+  __device__ int tiles() const {
+    if constexpr (MODE == kMasked) {
+      return block_prefix[EXPERTS] * N_BLOCKS;
+    } else {
+      return (rows + BM - 1) / BM * N_BLOCKS;
+    }
+  }
+
+  // Warp-collective (all 32 lanes): the same answer in every warp that asks.
+  __device__ Tile tile(int index) const {
+    Tile t;
+    t.n_block = index % N_BLOCKS;
+    const int block = index / N_BLOCKS;
+    if constexpr (MODE == kMasked) {
+      int lo = 0, hi = EXPERTS - 1;  // last group whose prefix <= block
+      while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (block_prefix[mid] <= block)
+          lo = mid;
+        else
+          hi = mid - 1;
+      }
+      t.expert = lo;
+      t.row0 = lo * rows + (block - block_prefix[lo]) * BM;
+      t.valid_end = lo * rows + min(max(routing[lo], 0), rows);
+    } else {
+      t.row0 = block * BM;
+      t.valid_end = rows;
+      int e = -1;
+      for (int r = threadIdx.x % 32; r < BM; r += 32) {
+        const int id = t.row0 + r < rows ? routing[t.row0 + r] : -1;
+        if (id < EXPERTS) e = max(e, id);  // ids >= E count as padding
+      }
+      e = __reduce_max_sync(0xffffffffu, e);
+      t.expert = e;
+    }
+    return t;
+  }
+};
+
+}  // namespace chord::grouped
