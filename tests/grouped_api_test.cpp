@@ -61,6 +61,10 @@ TEST_CASE("grouped heuristics follow the seed's starting points", "[grouped]") {
   CHECK(chordrt::heuristics::select_grouped(masked_down, 64).block_m == 80);  // 80 -> 80
   CHECK(chordrt::heuristics::select_grouped(masked_up, 200).block_m == 88);   // 260 -> three blocks of 87 -> 88
   CHECK(chordrt::heuristics::select_grouped(masked_up, 100).block_m <= 128);
+  // Two slices per consumer while 256-row tiles still cover the SMs and the fragments fit (block_m <= 64).
+  CHECK(chordrt::heuristics::select_grouped(masked_up, 8).slices == 2);
+  CHECK(chordrt::heuristics::select_grouped(masked_up, 64).slices == 1);
+  CHECK(chordrt::heuristics::select_grouped({GroupedMode::kMasked, 4096, 7168, 4}, 8).slices == 1);
 }
 
 TEST_CASE("every selected grouped config is a valid kernel", "[grouped]") {

@@ -5,6 +5,8 @@
     chordrt.runtime_info()                  # driver / NVRTC / cache state
     chordrt.prewarm_model("kimi-k2", "ep8") # compile a deployment's kernels into the disk cache
     sorted_ids, expert_ids, n = chordrt.moe_align(topk_ids, num_experts=384, block_size=64)  # torch
+    w = chordrt.grouped_pack(weight_packed, weight_scale, chordrt.GroupedMode.MASKED)        # W4A16 MoE
+    out = chordrt.grouped_masked(a, w, masked_m, expected_m=16)
 
 The shared library is found through $CHORDRT_LIBRARY, else the repository's build trees
 (<repo>/build*/libchordrt.so, newest first), else ctypes.util.find_library("chordrt"); it is loaded on
@@ -13,7 +15,12 @@ operations take torch tensors or raw integer device pointers with explicit sizes
 """
 
 from ._api import (
+    GroupedPackedWeight,
     abi_version,
+    grouped_contiguous,
+    grouped_masked,
+    grouped_pack,
+    grouped_weight_sizes,
     moe_align,
     moe_align_expert_ids_capacity,
     moe_align_sorted_capacity,
@@ -31,6 +38,9 @@ from ._lib import (
     FUNCTIONS,
     STRUCTS,
     ChordError,
+    GroupedMode,
+    GroupedPackArgs,
+    GroupedWeight,
     LibraryNotFoundError,
     MoeAlignOptions,
     MoeCombineOptions,
@@ -52,6 +62,10 @@ __all__ = [
     "FUNCTIONS",
     "STRUCTS",
     "ChordError",
+    "GroupedMode",
+    "GroupedPackArgs",
+    "GroupedPackedWeight",
+    "GroupedWeight",
     "LibraryNotFoundError",
     "MoeAlignOptions",
     "MoeCombineOptions",
@@ -61,6 +75,10 @@ __all__ = [
     "WarpDecodeMoeArgs",
     "WeightFormat",
     "abi_version",
+    "grouped_contiguous",
+    "grouped_masked",
+    "grouped_pack",
+    "grouped_weight_sizes",
     "last_error",
     "lib",
     "library_candidates",

@@ -14,6 +14,9 @@ from typing import Optional, Tuple
 
 from ._lib import (
     ChordError,
+    GroupedMode,
+    GroupedPackArgs,
+    GroupedWeight,
     MoeAlignOptions,
     MoeCombineOptions,
     PrewarmSummary,
@@ -37,6 +40,11 @@ __all__ = [
     "moe_combine",
     "warp_decode_moe_workspace_size",
     "warp_decode_moe",
+    "GroupedPackedWeight",
+    "grouped_weight_sizes",
+    "grouped_pack",
+    "grouped_contiguous",
+    "grouped_masked",
 ]
 
 # ---- runtime ---------------------------------------------------------------------------------------
@@ -617,3 +625,323 @@ def warp_decode_moe(
             stream=call.stream(),
         )
     return output
+
+
+# ---- W4A16 grouped MoE GEMMs -------------------------------------------------------------------------
+
+# The checkpoint scheme the grouped family serves (compressed-tensors pack-quantized, Kimi K2).
+_GROUPED_SCHEME = (4, 32, 1, 1)  # bits, group_size, symmetric, scale_is_bf16
+
+
+def _grouped_mode(mode) -> GroupedMode:
+    """A GroupedMode from a GroupedMode, an int or a name ("contiguous", "masked"); ValueError otherwise."""
+    if isinstance(mode, str):
+        try:
+            return GroupedMode[mode.upper()]
+        except KeyError:
+            raise ValueError(f"{mode!r} is not a valid GroupedMode (contiguous, masked)") from None
+    if isinstance(mode, bool) or not isinstance(mode, int):
+        raise ValueError(f"mode must be a GroupedMode, an int or a name, got {type(mode).__name__}")
+    return GroupedMode(mode)
+
+
+def _flag(value, op: str, name: str) -> int:
+    """A C int flag from a bool or an int (an int is passed on as it is, for the library to judge)."""
+    if isinstance(value, bool):
+        return int(value)
+    return _check_int(value, op, name)
+
+
+class GroupedPackedWeight:
+    """A weight packed by grouped_pack() for one GroupedMode.
+
+    ``struct`` is the filled chord_grouped_weight_t that the GEMMs receive; ``packed`` (uint8, the mode's
+    layout) and ``scale`` (bf16, [E, K/32, N] flattened) are the device buffers it points into, owned
+    here (torch tensors, or raw addresses when the weight was packed in raw-pointer mode). Keep this
+    object alive as long as the GEMMs use it; the struct must not be edited (the library checks its tag).
+    """
+
+    __slots__ = ("struct", "packed", "scale")
+
+    def __init__(self, struct: GroupedWeight, packed, scale):
+        self.struct = struct
+        self.packed = packed
+        self.scale = scale
+
+    @property
+    def mode(self) -> GroupedMode:
+        return GroupedMode(self.struct.mode)
+
+    @property
+    def num_experts(self) -> int:
+        return int(self.struct.num_experts)
+
+    @property
+    def n(self) -> int:
+        return int(self.struct.n)
+
+    @property
+    def k(self) -> int:
+        return int(self.struct.k)
+
+    def __repr__(self) -> str:
+        return (f"GroupedPackedWeight(mode={self.mode.name}, num_experts={self.num_experts}, n={self.n}, "
+                f"k={self.k})")
+
+
+def grouped_weight_sizes(mode, num_experts: int, n: int, k: int) -> Tuple[int, int]:
+    """chord_grouped_weight_sizes(): (packed_bytes, scale_bytes) a weight packed for `mode` needs.
+
+    Raises ChordError(INVALID_ARGUMENT) for a shape the mode cannot serve (N a multiple of 128; K a
+    multiple of 64 for contiguous, 128 for masked)."""
+    op = "grouped_weight_sizes"
+    mode = _grouped_mode(mode)
+    packed_bytes, scale_bytes = ctypes.c_size_t(), ctypes.c_size_t()
+    check(
+        lib().chord_grouped_weight_sizes(
+            int(mode),
+            _check_int(num_experts, op, "num_experts"),
+            _check_int(n, op, "n"),
+            _check_int(k, op, "k"),
+            ctypes.byref(packed_bytes),
+            ctypes.byref(scale_bytes),
+        )
+    )
+    return int(packed_bytes.value), int(scale_bytes.value)
+
+
+def grouped_pack(
+    weight_packed,
+    weight_scale,
+    mode,
+    stream=None,
+    *,
+    bits: int = 4,
+    group_size: int = 32,
+    symmetric=True,
+    scale_is_bf16=True,
+    packed=None,
+    scale=None,
+    num_experts: Optional[int] = None,
+    n: Optional[int] = None,
+    k: Optional[int] = None,
+    packed_bytes: Optional[int] = None,
+    scale_bytes: Optional[int] = None,
+) -> GroupedPackedWeight:
+    """chord_grouped_pack(): converts a checkpoint weight into `mode`'s layout; returns a GroupedPackedWeight.
+
+    torch: weight_packed int32 [E, N, K/8] (8 nibbles per word, least significant first along K, value
+    = (nibble - 8) * scale), weight_scale bf16 [E, N, K/32]. The packed (uint8) and scale (bf16) buffers
+    are allocated (grouped_weight_sizes()) when not given. The packer runs on the stream (torch's
+    current one by default): the weight is usable from that point of the stream on, and the checkpoint
+    tensors must stay alive until the stream gets there (automatic on torch's current stream).
+    bits / group_size / symmetric / scale_is_bf16 describe the checkpoint's scheme; the library serves
+    only the default (4, 32, True, True) and rejects anything else with CHORD_ERROR_UNSUPPORTED (the
+    layout checks here apply to the default scheme only).
+    Raw pointers: num_experts, n, k, packed, packed_bytes, scale and scale_bytes must be given.
+    """
+    op = "grouped_pack"
+    mode = _grouped_mode(mode)
+    scheme = (
+        _check_int(bits, op, "bits"),
+        _check_int(group_size, op, "group_size"),
+        _flag(symmetric, op, "symmetric"),
+        _flag(scale_is_bf16, op, "scale_is_bf16"),
+    )
+    torch = _torch_module_of(weight_packed, weight_scale, packed, scale)
+    if torch is None:
+        args = GroupedPackArgs(
+            mode=int(mode),
+            num_experts=_size(num_experts, op, "num_experts"),
+            n=_size(n, op, "n"),
+            k=_size(k, op, "k"),
+            bits=scheme[0],
+            group_size=scheme[1],
+            symmetric=scheme[2],
+            scale_is_bf16=scheme[3],
+            weight_packed=_address(weight_packed, op, "weight_packed"),
+            weight_scale=_address(weight_scale, op, "weight_scale"),
+            packed=_address(packed, op, "packed"),
+            packed_bytes=_size(packed_bytes, op, "packed_bytes"),
+            scale=_address(scale, op, "scale"),
+            scale_bytes=_size(scale_bytes, op, "scale_bytes"),
+        )
+        weight = GroupedWeight()
+        check(lib().chord_grouped_pack(ctypes.byref(args), ctypes.byref(weight), _raw_stream(stream)))
+        return GroupedPackedWeight(weight, packed, scale)
+
+    call = _TorchCall(torch, op, stream)
+    supported = scheme == _GROUPED_SCHEME
+    call.tensor(weight_packed, "weight_packed", torch.int32, ndim=3)
+    e, rows, words = weight_packed.shape
+    kk = words * 8 if k is None else _check_int(k, op, "k")
+    for name, given, actual in (("num_experts", num_experts, e), ("n", n, rows)):
+        if given is not None and given != actual:
+            raise _invalid(op, f"{name}={given} disagrees with weight_packed of shape {tuple(weight_packed.shape)}")
+    if supported:
+        if kk != words * 8:
+            raise _invalid(op, f"k={kk} disagrees with weight_packed of shape {tuple(weight_packed.shape)} (int32 "
+                               f"[E, N, K/8])")
+        if kk % 32 != 0:
+            raise _invalid(op, f"K must be a multiple of the group size 32, got weight_packed of shape "
+                               f"{tuple(weight_packed.shape)} (K = {kk})")
+        call.tensor(weight_scale, "weight_scale", torch.bfloat16, shape=(e, rows, kk // 32))
+    else:  # the library rejects the scheme: only the basics are checked here
+        call.tensor(weight_scale, "weight_scale", getattr(weight_scale, "dtype", None), ndim=3)
+    need_packed, need_scale = grouped_weight_sizes(mode, e, rows, kk)
+    if packed is None:
+        packed = torch.empty(need_packed, dtype=torch.uint8, device=call.device)
+    call.tensor(packed, "packed", torch.uint8, min_numel=need_packed)
+    if scale is None:
+        scale = torch.empty(-(-need_scale // 2), dtype=torch.bfloat16, device=call.device)
+    call.tensor(scale, "scale", torch.bfloat16, min_numel=-(-need_scale // 2))
+    for name, given, actual in (("packed_bytes", packed_bytes, packed.numel()),
+                                ("scale_bytes", scale_bytes, 2 * scale.numel())):
+        if given is not None and given != actual:
+            raise _invalid(op, f"{name}={given} disagrees with the tensor's {actual} bytes")
+    with call.guard():
+        raw = grouped_pack(
+            weight_packed.data_ptr(),
+            weight_scale.data_ptr(),
+            mode,
+            call.stream(),
+            bits=scheme[0],
+            group_size=scheme[1],
+            symmetric=scheme[2],
+            scale_is_bf16=scheme[3],
+            packed=packed.data_ptr(),
+            scale=scale.data_ptr(),
+            num_experts=e,
+            n=rows,
+            k=kk,
+            packed_bytes=packed.numel(),
+            scale_bytes=2 * scale.numel(),
+        )
+    return GroupedPackedWeight(raw.struct, packed, scale)
+
+
+def _grouped_struct(weight, op: str) -> GroupedWeight:
+    if isinstance(weight, GroupedPackedWeight):
+        return weight.struct
+    if isinstance(weight, GroupedWeight):
+        return weight
+    raise _invalid(op, f"weight must be a GroupedPackedWeight (from grouped_pack) or a GroupedWeight, got "
+                       f"{type(weight).__name__}")
+
+
+def _check_grouped_weight(call: _TorchCall, weight, w: GroupedWeight, mode: GroupedMode) -> None:
+    """torch mode: the weight is for `mode` and its buffers (when tensors) are on the call's device."""
+    op, torch = call.op, call.torch
+    try:
+        got = GroupedMode(w.mode).name.lower()
+    except ValueError:
+        got = None  # not a mode at all: the library reports the struct
+    if got is not None and w.mode != mode:
+        raise _invalid(op, f"weight was packed for {got} mode; {op} needs a weight packed with mode "
+                           f"{mode.name.lower()} (grouped_pack(..., GroupedMode.{mode.name}))")
+    if isinstance(weight, GroupedPackedWeight):
+        if isinstance(weight.packed, torch.Tensor):
+            call.tensor(weight.packed, "weight.packed", torch.uint8)
+        if isinstance(weight.scale, torch.Tensor):
+            call.tensor(weight.scale, "weight.scale", torch.bfloat16)
+
+
+def grouped_contiguous(a, weight, m_indices, out=None, stream=None, *, m: Optional[int] = None):
+    """chord_grouped_contiguous(): out[r] = a[r] @ W[m_indices[r]]^T for each row r (prefill).
+
+    weight: a GroupedPackedWeight packed with GroupedMode.CONTIGUOUS. torch: a bf16 [m, K]; m_indices
+    int32 [m]: each expert's rows contiguous and padded to a multiple of 128 with -1 (rows whose id is
+    -1 or outside [0, E) are neither computed nor written); out bf16 [m, N] (allocated with torch.empty
+    when not given, so padding rows hold garbage then) is returned.
+    Raw pointers: m must be given; returns None.
+    """
+    op = "grouped_contiguous"
+    w = _grouped_struct(weight, op)
+    torch = _torch_module_of(a, m_indices, out)
+    if torch is None:
+        check(
+            lib().chord_grouped_contiguous(
+                _address(a, op, "a"),
+                _size(m, op, "m"),
+                ctypes.byref(w),
+                _address(m_indices, op, "m_indices"),
+                _address(out, op, "out"),
+                _raw_stream(stream),
+            )
+        )
+        return None
+
+    call = _TorchCall(torch, op, stream)
+    call.tensor(a, "a", torch.bfloat16, ndim=2)
+    _check_grouped_weight(call, weight, w, GroupedMode.CONTIGUOUS)
+    rows, kk = a.shape
+    if kk != w.k:
+        raise _invalid(op, f"a must be [m, K] with K = the weight's k ({w.k}), got shape {tuple(a.shape)}")
+    if m is not None and m != rows:
+        raise _invalid(op, f"m={m} disagrees with a of shape {tuple(a.shape)}")
+    call.tensor(m_indices, "m_indices", torch.int32, shape=(rows,))
+    if out is None:
+        out = torch.empty((rows, w.n), dtype=torch.bfloat16, device=call.device)
+    call.tensor(out, "out", torch.bfloat16, shape=(rows, w.n))
+    with call.guard():  # m == 0 too: the library still checks the weight
+        grouped_contiguous(a.data_ptr(), w, m_indices.data_ptr(), out.data_ptr(), call.stream(), m=rows)
+    return out
+
+
+def grouped_masked(a, weight, masked_m, expected_m: int, out=None, stream=None, *, max_m: Optional[int] = None):
+    """chord_grouped_masked(): for each group g (expert g of the weight), out rows = a rows @ W[g]^T for the
+    first masked_m[g] rows of g's block of max_m rows (decode).
+
+    weight: a GroupedPackedWeight packed with GroupedMode.MASKED (G = its num_experts). torch: a bf16
+    [G*max_m, K] or [G, max_m, K]; masked_m int32 [G] on the device (clamped to [0, max_m], never read
+    on the host); expected_m (> 0) the typical count, which only picks the kernel configuration; out
+    bf16 [G*max_m, N] (or [G, max_m, N] when given so), allocated with torch.empty when not given, and
+    returned: rows past each group's count are left untouched.
+    Raw pointers: max_m must be given; returns None.
+    """
+    op = "grouped_masked"
+    w = _grouped_struct(weight, op)
+    expected_m = _check_int(expected_m, op, "expected_m")
+    torch = _torch_module_of(a, masked_m, out)
+    if torch is None:
+        check(
+            lib().chord_grouped_masked(
+                _address(a, op, "a"),
+                _size(max_m, op, "max_m"),
+                ctypes.byref(w),
+                _address(masked_m, op, "masked_m"),
+                expected_m,
+                _address(out, op, "out"),
+                _raw_stream(stream),
+            )
+        )
+        return None
+
+    call = _TorchCall(torch, op, stream)
+    call.tensor(a, "a", torch.bfloat16)
+    _check_grouped_weight(call, weight, w, GroupedMode.MASKED)
+    g = w.num_experts
+    if g < 1:
+        raise _invalid(op, f"the weight has {g} experts")
+    if a.dim() == 3 and a.shape[0] == g:
+        rows_per, kk = a.shape[1], a.shape[2]
+    elif a.dim() == 2 and a.shape[0] % g == 0:
+        rows_per, kk = a.shape[0] // g, a.shape[1]
+    else:
+        raise _invalid(op, f"a must be [G*max_m, K] or [G, max_m, K] with G = the weight's num_experts ({g}), "
+                           f"got shape {tuple(a.shape)}")
+    if kk != w.k:
+        raise _invalid(op, f"a's last dimension must be the weight's k ({w.k}), got shape {tuple(a.shape)}")
+    if max_m is not None and max_m != rows_per:
+        raise _invalid(op, f"max_m={max_m} disagrees with a of shape {tuple(a.shape)} (G = {g})")
+    call.tensor(masked_m, "masked_m", torch.int32, shape=(g,))
+    if out is None:
+        out = torch.empty((g * rows_per, w.n), dtype=torch.bfloat16, device=call.device)
+    call.tensor(out, "out", torch.bfloat16)
+    if tuple(out.shape) not in ((g * rows_per, w.n), (g, rows_per, w.n)):
+        raise _invalid(op, f"out must have shape {(g * rows_per, w.n)} (or {(g, rows_per, w.n)}), got "
+                           f"{tuple(out.shape)}")
+    with call.guard():
+        grouped_masked(a.data_ptr(), w, masked_m.data_ptr(), expected_m, out.data_ptr(), call.stream(),
+                       max_m=rows_per)
+    return out

@@ -177,6 +177,50 @@ class WarpDecodeMoeArgs(_SizedStruct):
     ]
 
 
+class GroupedMode(enum.IntEnum):
+    """chord_grouped_mode_t."""
+
+    CONTIGUOUS = 0  # prefill: rows concatenated per expert, padded to 128
+    MASKED = 1  # decode: a fixed row budget per expert, counts on the device
+
+
+class GroupedWeight(_SizedStruct):
+    """chord_grouped_weight_t: a weight packed for one grouped mode (filled by chord_grouped_pack)."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("mode", ctypes.c_int32),  # a chord_grouped_mode_t
+        ("num_experts", ctypes.c_int32),
+        ("n", ctypes.c_int32),
+        ("k", ctypes.c_int32),
+        ("packed", ctypes.c_void_p),
+        ("scale", ctypes.c_void_p),  # BF16 [E, K/32, N]
+        ("tag", ctypes.c_uint64),
+    ]
+
+
+class GroupedPackArgs(_SizedStruct):
+    """chord_grouped_pack_args_t (pointer fields are raw device addresses)."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("mode", ctypes.c_int32),  # a chord_grouped_mode_t
+        ("num_experts", ctypes.c_int32),
+        ("n", ctypes.c_int32),
+        ("k", ctypes.c_int32),
+        ("bits", ctypes.c_int32),
+        ("group_size", ctypes.c_int32),
+        ("symmetric", ctypes.c_int32),
+        ("scale_is_bf16", ctypes.c_int32),
+        ("weight_packed", ctypes.c_void_p),  # int32 [E, N, K/8]
+        ("weight_scale", ctypes.c_void_p),  # BF16 [E, N, K/32]
+        ("packed", ctypes.c_void_p),
+        ("packed_bytes", ctypes.c_size_t),
+        ("scale", ctypes.c_void_p),
+        ("scale_bytes", ctypes.c_size_t),
+    ]
+
+
 #: Every struct of chordrt.h: C name -> ctypes mirror.
 STRUCTS = {
     "chord_runtime_info_t": RuntimeInfo,
@@ -184,6 +228,8 @@ STRUCTS = {
     "chord_moe_align_options_t": MoeAlignOptions,
     "chord_moe_combine_options_t": MoeCombineOptions,
     "chord_warp_decode_moe_args_t": WarpDecodeMoeArgs,
+    "chord_grouped_weight_t": GroupedWeight,
+    "chord_grouped_pack_args_t": GroupedPackArgs,
 }
 
 # ---- function declarations -------------------------------------------------------------------------
@@ -246,6 +292,44 @@ FUNCTIONS = {
         [ctypes.c_int64, ctypes.c_int32, ctypes.c_int32],  # num_tokens, top_k, intermediate
     ),
     "chord_warp_decode_moe": (_status_t, [ctypes.POINTER(WarpDecodeMoeArgs), _ptr]),  # args, CUstream
+    "chord_grouped_weight_sizes": (
+        _status_t,
+        [
+            ctypes.c_int32,  # mode
+            ctypes.c_int32,  # num_experts
+            ctypes.c_int32,  # n
+            ctypes.c_int32,  # k
+            ctypes.POINTER(ctypes.c_size_t),  # size_t* packed_bytes
+            ctypes.POINTER(ctypes.c_size_t),  # size_t* scale_bytes
+        ],
+    ),
+    "chord_grouped_pack": (
+        _status_t,
+        [ctypes.POINTER(GroupedPackArgs), ctypes.POINTER(GroupedWeight), _ptr],  # args, weight (out), CUstream
+    ),
+    "chord_grouped_contiguous": (
+        _status_t,
+        [
+            _ptr,  # const void* a
+            ctypes.c_int64,  # m
+            ctypes.POINTER(GroupedWeight),  # const chord_grouped_weight_t* weight
+            _ptr,  # const int32_t* m_indices
+            _ptr,  # void* out
+            _ptr,  # CUstream
+        ],
+    ),
+    "chord_grouped_masked": (
+        _status_t,
+        [
+            _ptr,  # const void* a
+            ctypes.c_int32,  # max_m
+            ctypes.POINTER(GroupedWeight),  # const chord_grouped_weight_t* weight
+            _ptr,  # const int32_t* masked_m
+            ctypes.c_int32,  # expected_m
+            _ptr,  # void* out
+            _ptr,  # CUstream
+        ],
+    ),
 }
 
 # ---- finding and loading the library ---------------------------------------------------------------

@@ -1,0 +1,342 @@
+#!/usr/bin/env python3
+"""W4A16 grouped MoE GEMMs on the GPU: chordrt vs torch._grouped_mm on BF16 weights, against ceilings of the same run.
+
+Kimi K2 (384 experts) at EP8 / EP16 / EP32 (48 / 24 / 12 local experts), both expert projections (gate_up
+N=4096 K=7168, down N=7168 K=2048), both modes: contiguous (prefill; every expert the same aligned row
+count, 128 / 256 / 512) and masked (decode; every expert the same token count, 8 / 16 / 32 / 64, max_m
+the next multiple of 128, expected_m = the count). Per point: median µs over CUDA-graph replays that
+rotate input sets (activations, routing, outputs) and weight sets (different experts of a generated
+pool, so the weights stream from HBM, not L2); TFLOP/s = 2 * valid rows * N * K; bytes = packed weights
+(N*K/2) and scales (N*K/16) of the touched experts + activation rows read + output rows written (valid
+rows only); fractions of the same run's dense BF16 GEMM rate and streaming-read bandwidth. Baseline on
+the same weights dequantized to BF16, same process, graph-captured: torch._grouped_mm (contiguous: 2-D
+rows with offs = cumulative row counts; masked: the 3-D batched form over [G, max_m, K], torch.bmm when
+that is unavailable). Accuracy: relative Frobenius error / cosine vs an FP32 reference on the first set,
+for chordrt and for the baseline. EP8 rows carry the issue's targets (pass / miss).
+Usage: grouped_bench.py [--json FILE | --out FILE] [--quick] [--eps 8,16,32] [--projections gate_up,down]
+                        [--modes contiguous,masked] [--rows 128,256,512] [--tokens 8,16,32,64] [--budget-s S]
+       grouped_bench.py --profile "EP8,gate_up,masked,16"   (a few untimed calls, for ncu)
+Without --json / --out the result goes to bench/results/grouped_bench-<device>-<date><letter>.json.
+"""
+import argparse
+import json
+import pathlib
+import re
+import sys
+import time
+
+import torch
+
+try:
+    import chordrt
+except ImportError:  # run from a checkout without PYTHONPATH=tools/python
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tools" / "python"))
+    import chordrt
+from bench_common import ceilings, graph_time_us, sets_for
+from chordrt import moe_reference as mr
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+GLOBAL_EXPERTS = 384
+EPS = (8, 16, 32)
+PROJECTIONS = {"gate_up": (4096, 7168), "down": (7168, 2048)}  # name -> (N, K)
+MODES = ("contiguous", "masked")
+ROWS = (128, 256, 512)  # contiguous rows per expert
+TOKENS = (8, 16, 32, 64)  # masked tokens per expert
+POOL_EXPERTS = 96  # generated per projection: weight sets are disjoint slices of it
+INPUT_SETS = 3  # at least; rounded up to a multiple of the weight sets
+# The issue's targets (µs), EP8 only: (mode, projection) -> {rows or tokens per expert: µs}
+TARGETS = {
+    ("contiguous", "gate_up"): {128: 575, 256: 1145, 512: 2230},
+    ("contiguous", "down"): {128: 290, 256: 575, 512: 1100},
+    ("masked", "gate_up"): {8: 207, 16: 210, 32: 235, 64: 330},
+    ("masked", "down"): {8: 104, 16: 106, 32: 118, 64: 170},
+}
+TARGET_EP = 8
+
+
+def target_for(ep, mode, proj, per_expert):
+    return TARGETS.get((mode, proj), {}).get(per_expert) if ep == TARGET_EP else None
+
+
+def checkpoint_pool(n, k, experts, seed):
+    """Random compressed-tensors weights: int32 [E, N, K/8] (uniform nibbles), BF16 scales ~ U(0.5,1.5)/sqrt(K)/4.6."""
+    dev = torch.device("cuda")
+    gen = torch.Generator(device=dev)
+    gen.manual_seed(seed)
+    words = torch.empty((experts, n, k // 8), dtype=torch.int32, device=dev)
+    for e in range(experts):
+        words[e] = torch.randint(-(2**31), 2**31, (n, k // 8), generator=gen, dtype=torch.int64, device=dev)
+    base = 1.0 / (21.5**0.5 * k**0.5)  # unit-variance outputs for unit-variance activations
+    scale = (base * (0.5 + torch.rand((experts, n, k // 32), generator=gen, device=dev))).to(torch.bfloat16)
+    return words, scale
+
+
+def dequant_bf16(words, scale):
+    """[E, N, K] BF16, one expert at a time (the float32 intermediate of a whole set would be large)."""
+    e, n, kw = words.shape
+    out = torch.empty((e, n, kw * 8), dtype=torch.bfloat16, device=words.device)
+    for i in range(e):
+        out[i] = mr.dequantize(torch, "int4", words[i], scale[i], torch.float32).to(torch.bfloat16)
+    return out
+
+
+def reference_rows(a, words, scale, expert_rows):
+    """float32 results of the valid rows: {expert: (row indices, a[rows] @ dequant(W_e)^T)}, TF32 off."""
+    old = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        out = {}
+        for e, rows in expert_rows.items():
+            w = mr.dequantize(torch, "int4", words[e], scale[e], torch.float32)
+            out[e] = (rows, a[rows].float() @ w.T)
+        return out
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old
+
+
+def error_vs(ref, out2d):
+    rows = torch.cat([r for r, _ in ref.values()])
+    want = torch.cat([v for _, v in ref.values()])
+    return mr.error_stats(torch, out2d[rows], want)
+
+
+class Point:
+    """The input sets of one (mode, rows-or-tokens) point, their calls and their byte / flop counts."""
+
+    def __init__(self, mode, experts, n, k, per_expert, n_sets):
+        dev = torch.device("cuda")
+        self.mode, self.per_expert = mode, per_expert
+        self.sets = []
+        if mode == "contiguous":
+            self.max_m = None
+            rows = experts * per_expert
+            ids = torch.arange(experts, dtype=torch.int32, device=dev).repeat_interleave(per_expert)
+            self.offs = torch.arange(1, experts + 1, dtype=torch.int32, device=dev) * per_expert
+            for _ in range(n_sets):
+                a = torch.randn((rows, k), device=dev).to(torch.bfloat16)
+                self.sets.append((a, ids, torch.empty((rows, n), dtype=torch.bfloat16, device=dev)))
+            self.valid_rows = rows
+            self.expert_rows = {e: torch.arange(e * per_expert, (e + 1) * per_expert, device=dev)
+                                for e in range(experts)}
+        else:
+            self.max_m = max(128, -(-per_expert // 128) * 128)
+            mm = torch.full((experts,), per_expert, dtype=torch.int32, device=dev)
+            for _ in range(n_sets):
+                a = torch.randn((experts * self.max_m, k), device=dev).to(torch.bfloat16)
+                self.sets.append((a, mm, torch.empty((experts * self.max_m, n), dtype=torch.bfloat16, device=dev)))
+            self.valid_rows = experts * per_expert
+            self.expert_rows = {e: torch.arange(e * self.max_m, e * self.max_m + per_expert, device=dev)
+                                for e in range(experts)}
+        weight_bytes = experts * (n * k // 2 + n * (k // 32) * 2)  # every expert has rows here
+        self.bytes = weight_bytes + self.valid_rows * (k + n) * 2
+        self.flops = 2 * self.valid_rows * n * k
+
+    def chord_call(self, i, weight):
+        a, routing, out = self.sets[i]
+        if self.mode == "contiguous":
+            return lambda: chordrt.grouped_contiguous(a, weight, routing, out=out)
+        return lambda: chordrt.grouped_masked(a, weight, routing, self.per_expert, out=out)
+
+
+class Baseline:
+    """torch._grouped_mm (or torch.bmm for the masked form) on BF16 weights [E, N, K], graph-capturable."""
+
+    def __init__(self, mode):
+        self.mode = mode
+        self.name = "torch._grouped_mm" if hasattr(torch, "_grouped_mm") else "torch.bmm"
+
+    def run(self, point, a, w_bf16):
+        wt = w_bf16.transpose(-2, -1)  # [E, K, N], K contiguous: the layout _grouped_mm wants for b
+        if self.mode == "contiguous":
+            return torch._grouped_mm(a, wt, offs=point.offs)
+        a3 = a.view(w_bf16.shape[0], point.max_m, a.shape[1])
+        if self.name == "torch._grouped_mm":
+            return torch._grouped_mm(a3, wt).view(-1, wt.shape[2])
+        return torch.bmm(a3, wt).view(-1, wt.shape[2])
+
+    def probe(self, point, w_bf16):
+        """Falls back (masked: bmm) or gives up (None) when this torch build cannot run the baseline."""
+        a = point.sets[0][0]
+        while True:
+            try:
+                self.run(point, a, w_bf16)
+                torch.cuda.synchronize()
+                return self
+            except (RuntimeError, TypeError) as err:
+                if self.mode == "masked" and self.name == "torch._grouped_mm":
+                    print(f"torch._grouped_mm (3-D) unavailable, using torch.bmm: {err}", flush=True)
+                    self.name = "torch.bmm"
+                    continue
+                print(f"{self.name} baseline unavailable: {err}", flush=True)
+                return None
+
+
+def weight_sets_for(experts, n, k, quick):
+    per_set = experts * (n * k // 2 + n * (k // 32) * 2)
+    return max(1 if quick else 2, min(sets_for(per_set, limit=4), POOL_EXPERTS // experts))
+
+
+def bench_group(ep, proj, pool, modes, rows_list, tokens_list, ceil, args, deadline, skipped):
+    """All points of one (EP, projection): weight sets packed per mode, BF16 copies for the baseline."""
+    n, k = PROJECTIONS[proj]
+    experts = GLOBAL_EXPERTS // ep
+    words, scale = pool
+    n_wsets = weight_sets_for(experts, n, k, args.quick)
+    n_isets = -(-max(INPUT_SETS, n_wsets) // n_wsets) * n_wsets
+    wsets = [(words[s * experts:(s + 1) * experts], scale[s * experts:(s + 1) * experts]) for s in range(n_wsets)]
+    bf16 = None if args.no_baseline else [dequant_bf16(w, s) for w, s in wsets]
+    replays, rounds = (20, 5) if args.quick else (30, 7)
+    rows = []
+    for mode in modes:
+        packed = [chordrt.grouped_pack(w, s, mode) for w, s in wsets]
+        torch.cuda.synchronize()
+        for per_expert in (rows_list if mode == "contiguous" else tokens_list):
+            label = f"EP{ep} {proj} {mode} {per_expert}"
+            if deadline is not None and time.monotonic() > deadline:
+                skipped.append(label)
+                continue
+            point = Point(mode, experts, n, k, per_expert, n_isets)
+            torch.cuda.synchronize()
+            us = graph_time_us([point.chord_call(i, packed[i % n_wsets]) for i in range(n_isets)], replays, rounds)
+            target = target_for(ep, mode, proj, per_expert)
+            row = {
+                "ep": ep, "experts": experts, "projection": proj, "n": n, "k": k, "mode": mode,
+                "per_expert": per_expert, "max_m": point.max_m,
+                "expected_m": per_expert if mode == "masked" else None,
+                "valid_rows": point.valid_rows, "weight_sets": n_wsets, "input_sets": n_isets,
+                "bytes": point.bytes, "flops": point.flops, "chordrt_us": us,
+                "chordrt_tflops": point.flops / us / 1e6, "chordrt_tbps": point.bytes / us / 1e6,
+                "target_us": target, "target_met": None if target is None else us <= target,
+            }
+            row["fraction_of_dense_bf16"] = row["chordrt_tflops"] / ceil["dense_bf16_tflops"]
+            row["fraction_of_stream_read"] = row["chordrt_tbps"] / ceil["stream_read_tbps"]
+            # accuracy on the first set (weights of set 0)
+            a, _, out = point.sets[0]
+            out.fill_(float("nan"))
+            point.chord_call(0, packed[0])()
+            ref = reference_rows(a, wsets[0][0], wsets[0][1], point.expert_rows)
+            row["chordrt_error"] = error_vs(ref, out.float())
+            baseline = None if bf16 is None else Baseline(mode).probe(point, bf16[0])
+            if baseline is not None:
+                row["baseline"] = baseline.name
+                row["baseline_us"] = graph_time_us(
+                    [lambda i=i: baseline.run(point, point.sets[i][0], bf16[i % n_wsets]) for i in range(n_isets)],
+                    replays, rounds)
+                row["speedup_vs_baseline"] = row["baseline_us"] / us
+                row["baseline_error"] = error_vs(ref, baseline.run(point, a, bf16[0]).float())
+            rows.append(row)
+            verdict = "-" if target is None else ("pass" if row["target_met"] else "MISS")
+            print(f"EP{ep:<2} {proj:<7} {mode:<10} {per_expert:>3}/expert {us:9.1f} us "
+                  f"{row['chordrt_tflops']:6.1f} TFLOP/s ({100 * row['fraction_of_dense_bf16']:3.0f}% dense) "
+                  f"{row['chordrt_tbps']:5.2f} TB/s ({100 * row['fraction_of_stream_read']:3.0f}% read)  "
+                  f"{row.get('baseline', 'baseline')} {row.get('baseline_us', float('nan')):9.1f} us "
+                  f"x{row.get('speedup_vs_baseline', float('nan')):5.2f}  target "
+                  f"{'-' if target is None else f'<= {target}'} {verdict}  "
+                  f"err {row['chordrt_error']['rel_err']:.2e}", flush=True)
+            point = ref = None  # free this point's sets before the next one's
+        packed = None
+        torch.cuda.empty_cache()
+    bf16 = None
+    torch.cuda.empty_cache()
+    return rows
+
+
+def profile(spec):
+    ep, proj, mode, per_expert = spec.split(",")
+    ep, per_expert = int(ep.upper().removeprefix("EP")), int(per_expert)
+    n, k = PROJECTIONS[proj]
+    experts = GLOBAL_EXPERTS // ep
+    words, scale = checkpoint_pool(n, k, experts, seed=1)
+    w = chordrt.grouped_pack(words, scale, mode)
+    point = Point(mode, experts, n, k, per_expert, 1)
+    for _ in range(6):
+        point.chord_call(0, w)()
+    torch.cuda.synchronize()
+
+
+def device_tag():
+    name = torch.cuda.get_device_name().lower()
+    m = re.search(r"\b([a-z]+\d+[a-z]*)\b", name.replace("nvidia", ""))
+    return m.group(1) if m else re.sub(r"[^a-z0-9]+", "", name) or "gpu"
+
+
+def default_out():
+    results = ROOT / "bench" / "results"
+    stem = f"grouped_bench-{device_tag()}-{time.strftime('%Y%m%d')}"
+    for letter in "abcdefghijklmnopqrstuvwxyz":
+        path = results / f"{stem}{letter}.json"
+        if not path.exists():
+            return path
+    return results / f"{stem}-{int(time.time())}.json"
+
+
+def int_list(text):
+    return tuple(int(t) for t in text.split(",") if t)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--json", "--out", dest="out", help="result file (default: bench/results/grouped_bench-...)")
+    ap.add_argument("--profile", help="EPx,PROJECTION,MODE,ROWS: run that case a few times, untimed")
+    ap.add_argument("--quick", action="store_true", help="EP8 only (the targets), fewer replays and weight sets")
+    ap.add_argument("--eps", help="comma-separated EP degrees (default 8,16,32; 8 with --quick)")
+    ap.add_argument("--projections", default=",".join(PROJECTIONS), help="comma-separated subset of gate_up,down")
+    ap.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of contiguous,masked")
+    ap.add_argument("--rows", default=",".join(map(str, ROWS)), help="contiguous rows per expert")
+    ap.add_argument("--tokens", default=",".join(map(str, TOKENS)), help="masked tokens per expert")
+    ap.add_argument("--budget-s", type=float, default=0,
+                    help="wall-clock budget in seconds (0 = none): points past it are skipped and listed")
+    ap.add_argument("--no-baseline", action="store_true", help="skip the PyTorch baseline")
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    if args.profile:
+        return profile(args.profile)
+    start = time.monotonic()
+    deadline = start + args.budget_s if args.budget_s > 0 else None
+    eps = int_list(args.eps) if args.eps else ((8,) if args.quick else EPS)
+    projections = [p for p in args.projections.split(",") if p]
+    modes = [m for m in args.modes.split(",") if m]
+    for p in projections:
+        if p not in PROJECTIONS:
+            ap.error(f"unknown projection {p!r} (gate_up, down)")
+    for m in modes:
+        if m not in MODES:
+            ap.error(f"unknown mode {m!r} (contiguous, masked)")
+    for ep in eps:
+        if ep < 1 or GLOBAL_EXPERTS % ep or GLOBAL_EXPERTS // ep > POOL_EXPERTS:
+            ap.error(f"EP{ep}: {GLOBAL_EXPERTS} experts must split into at most {POOL_EXPERTS} per GPU")
+    out_path = pathlib.Path(args.out) if args.out else default_out()
+    ceil = ceilings()
+    print(f"ceilings: copy {ceil['copy_tbps']:.2f} TB/s, stream read {ceil['stream_read_tbps']:.2f} TB/s, "
+          f"dense BF16 {ceil['dense_bf16_tflops']:.0f} TFLOP/s", flush=True)
+    rows, skipped = [], []
+    pools = {}
+    for proj in projections:
+        n, k = PROJECTIONS[proj]
+        pools[proj] = checkpoint_pool(n, k, POOL_EXPERTS, seed=1 + n + k)
+    for ep in eps:
+        for proj in projections:
+            if deadline is not None and time.monotonic() > deadline:
+                skipped.append(f"EP{ep} {proj} (all points)")
+                continue
+            rows += bench_group(ep, proj, pools[proj], modes, int_list(args.rows), int_list(args.tokens), ceil,
+                                args, deadline, skipped)
+    targeted = [r for r in rows if r["target_us"] is not None]
+    met = sum(r["target_met"] for r in targeted)
+    print(f"targets: {met}/{len(targeted)} met" + (f"; skipped (budget): {', '.join(skipped)}" if skipped else ""))
+    result = {
+        "device": torch.cuda.get_device_name(),
+        "ceilings": ceil,
+        "args": {k: v for k, v in vars(args).items() if k != "profile"},
+        "wall_s": time.monotonic() - start,
+        "targets": {f"{m}/{p}": t for (m, p), t in TARGETS.items()},
+        "results": rows,
+        "skipped": skipped,
+    }
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.write_text(json.dumps(result, indent=2))
+    print(f"wrote {out_path}")
+
+
+if __name__ == "__main__":
+    main()
