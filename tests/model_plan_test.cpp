@@ -6,11 +6,13 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "chordrt/chordrt.hpp"
 #include "runtime/kernel_registry.hpp"
 #include "runtime/ops/glue.hpp"
+#include "runtime/ops/grouped.hpp"
 #include "runtime/ops/warp_decode.hpp"
 #include "tests/test_support.hpp"
 
@@ -284,6 +286,39 @@ TEST_CASE("plan_descriptors for an expert-parallel deployment", "[plan]") {
     if (d.schema->family == "glue.moe_align") CHECK(d.get("has_expert_map") == 0);
     if (d.schema->family == "glue.moe_combine") CHECK(d.get("filtered") == 0);
   }
+}
+
+TEST_CASE("plan_descriptors adds the grouped GEMMs under expert parallelism", "[plan][grouped]") {
+  using chordrt::heuristics::GroupedMode;
+  const MoeModelShape kimi = chordrt::resolve_model("kimi-k2");
+  for (const int ep : {8, 16, 32}) {
+    const auto ds = chordrt::plan_descriptors(kimi, Deployment::parse("ep" + std::to_string(ep)), kHopper);
+    check_no_duplicates(ds);
+    const int experts = 384 / ep;
+    // A packer per (mode, projection): gate_up N 4096 K 7168 and down N 7168 K 2048.
+    const auto packs = of_family(ds, "grouped.pack");
+    CHECK(packs.size() == 4);
+    const auto gemms = of_family(ds, "grouped.gemm");
+    REQUIRE_FALSE(gemms.empty());
+    for (const auto& d : gemms) {
+      CHECK(d.get("experts") == experts);
+      CHECK(((d.get("n") == 4096 && d.get("k") == 7168) || (d.get("n") == 7168 && d.get("k") == 2048)));
+      CHECK_NOTHROW(chordrt::family_of(d).program(d));
+    }
+    // Exactly what dispatch picks for a prefill step and a decode batch.
+    for (const auto& [mode, n, k, rows] :
+         {std::tuple{GroupedMode::kContiguous, int64_t{4096}, int64_t{7168}, int64_t{128} * experts},
+          std::tuple{GroupedMode::kMasked, int64_t{7168}, int64_t{2048}, int64_t{16}}}) {
+      const chordrt::heuristics::GroupedShape s{mode, n, k, experts};
+      const auto d = chordrt::ops::grouped_gemm_descriptor(kHopper, s, chordrt::heuristics::select_grouped(s, rows));
+      CHECK(std::find(gemms.begin(), gemms.end(), d) != gemms.end());
+    }
+  }
+  // Tensor parallelism uses other families; a model without INT4 weights gets none.
+  CHECK(of_family(chordrt::plan_descriptors(kimi, Deployment::parse("tp8"), kHopper), "grouped.gemm").empty());
+  CHECK(of_family(chordrt::plan_descriptors(chordrt::resolve_model("deepseek-v3"), Deployment::parse("ep8"), kHopper),
+                  "grouped.gemm")
+            .empty());
 }
 
 TEST_CASE("plan_descriptors rejects indivisible deployments", "[plan]") {

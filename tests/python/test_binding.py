@@ -737,3 +737,51 @@ def test_warp_decode_without_a_driver_reports_it(chord, info, device_addresses):
     with pytest.raises(chord.ChordError) as excinfo:
         chord.warp_decode_moe(**_warp_decode_args(chord, device_addresses))
     assert excinfo.value.status in {chord.Status.NO_DRIVER, chord.Status.NO_DEVICE}
+
+
+# ---- grouped GEMMs (raw pointers, no GPU needed: every check runs before a launch) --------------------
+
+
+def _grouped_pack_args(chord, device_addresses, **over):
+    """Raw-pointer arguments of a small valid masked pack (E 4, N 256, K 512)."""
+    words, scale, packed, packed_scale = device_addresses(4)
+    packed_bytes, scale_bytes = chord.grouped_weight_sizes("masked", 4, 256, 512)
+    args = dict(
+        weight_packed=words, weight_scale=scale, mode="masked", packed=packed, scale=packed_scale, num_experts=4,
+        n=256, k=512, packed_bytes=packed_bytes, scale_bytes=scale_bytes,
+    )
+    args.update(over)
+    return args
+
+
+def test_grouped_weight_sizes(chord):
+    assert chord.grouped_weight_sizes("contiguous", 48, 4096, 7168) == (48 * 4096 * 7168 // 2, 48 * 4096 * 224 * 2)
+    assert chord.grouped_weight_sizes(chord.GroupedMode.MASKED, 1, 128, 128) == (128 * 128 // 2, 128 * 4 * 2)
+    assert "multiple of 128" in raises_invalid(chord.grouped_weight_sizes, "masked", 4, 256, 576)
+    assert "multiple of 128" in raises_invalid(chord.grouped_weight_sizes, "contiguous", 4, 200, 512)
+    with pytest.raises(ValueError, match="not a valid GroupedMode"):
+        chord.grouped_weight_sizes("dense", 4, 256, 512)
+
+
+@pytest.mark.parametrize("over", [{"bits": 8}, {"group_size": 128}, {"symmetric": False}, {"scale_is_bf16": False}])
+def test_grouped_pack_rejects_other_schemes(chord, device_addresses, over):
+    with pytest.raises(chord.ChordError) as excinfo:
+        chord.grouped_pack(**_grouped_pack_args(chord, device_addresses, **over))
+    assert excinfo.value.status == chord.Status.UNSUPPORTED
+    assert "symmetric 4-bit" in excinfo.value.message
+
+
+@pytest.mark.parametrize(
+    "over, word",
+    [({"packed_bytes": 16}, "must hold"), ({"weight_packed": 0}, "weight_packed is null"), ({"k": 640 + 64}, "128")],
+)
+def test_grouped_pack_bad_arguments(chord, device_addresses, over, word):
+    assert word in raises_invalid(chord.grouped_pack, **_grouped_pack_args(chord, device_addresses, **over))
+
+
+def test_grouped_pack_without_a_driver_reports_it(chord, info, device_addresses):
+    if info["driver_available"]:
+        pytest.skip("a driver is present: a complete call would launch")
+    with pytest.raises(chord.ChordError) as excinfo:
+        chord.grouped_pack(**_grouped_pack_args(chord, device_addresses))
+    assert excinfo.value.status in {chord.Status.NO_DRIVER, chord.Status.NO_DEVICE}
