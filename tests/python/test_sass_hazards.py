@@ -1,0 +1,122 @@
+"""SASS checks of the wgmma kernels, no GPU needed: an epilogue must not read accumulators while a wgmma
+batch that writes them may still be in flight.
+
+Why: in an experimental variant of the grouped GEMM, ptxas scheduled the epilogue's F2FP conversions of
+the accumulators above the final WARPGROUP.DEPBAR.LE gsb0, 0x0 (empty-asm operand fences do not reach
+ptxas); the H200 then gave silently wrong outputs (~1e-2 relative) for some tile shapes only. This test
+disassembles every grouped GEMM a Kimi K2 EP8 deployment plans (plus small odd shapes) and walks each
+kernel in address order: HGMMA batches (the instruction carrying `gsb0`) add to the pending count,
+WARPGROUP.DEPBAR.LE gsb0, N lowers it to N, and an F2FP reading an accumulator register must see 0.
+Needs chord-jit ($CHORD_JIT) and cuobjdump with nvdisasm ($CHORD_CUOBJDUMP, PATH, the CUDA toolkit, or
+the nvidia-cuda-cuobjdump + nvidia-cuda-nvdisasm wheels tools/setup.sh installs); skipped without them.
+"""
+import glob
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+CHORD_JIT = os.environ.get("CHORD_JIT")
+
+
+def _cuobjdump():
+    candidates = [os.environ.get("CHORD_CUOBJDUMP"), shutil.which("cuobjdump")]
+    candidates += glob.glob("/usr/local/cuda*/bin/cuobjdump")
+    spec = importlib.util.find_spec("nvidia")
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        candidates += glob.glob(os.path.join(root, "*", "bin", "cuobjdump"))
+    for c in candidates:
+        # -sass runs nvdisasm, looked for beside cuobjdump or on PATH.
+        if c and os.access(c, os.X_OK) and (os.access(os.path.join(os.path.dirname(c), "nvdisasm"), os.X_OK)
+                                            or shutil.which("nvdisasm")):
+            return c
+    return None
+
+
+CUOBJDUMP = _cuobjdump()
+needs_tools = pytest.mark.skipif(
+    not CHORD_JIT or CUOBJDUMP is None,
+    reason="needs CHORD_JIT (the chord-jit binary) and cuobjdump + nvdisasm (pip install nvidia-cuda-cuobjdump "
+    "nvidia-cuda-nvdisasm)",
+)
+
+INSTRUCTION = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Za-z0-9_.]+)\s*([^;]*);")
+HGMMA_SHAPE = re.compile(r"HGMMA\.64x(\d+)x16")
+REGISTER = re.compile(r"\bR(\d+)\b")
+
+
+def accumulator_hazards(sass: str):
+    """(address-ordered instruction index, text) of every F2FP that reads an HGMMA accumulator register
+    while a batch may be pending, per the walk described in the module docstring."""
+    accumulators, pending, hazards = set(), 0, []
+    lines = [m.groups() for m in INSTRUCTION.finditer(sass)]
+    for i, (op, operands) in enumerate(lines):
+        if op.startswith("HGMMA"):
+            n = int(HGMMA_SHAPE.match(op).group(1))
+            base = int(REGISTER.search(operands).group(1))
+            accumulators.update(range(base, base + n // 2))
+            if "gsb0" in operands:
+                pending += 1
+        elif op.startswith("WARPGROUP.DEPBAR"):
+            pending = min(pending, int(operands.split(",")[-1].strip(), 16))
+        elif op.startswith("F2FP") and pending > 0:
+            sources = {int(r) for r in REGISTER.findall(operands.split(",", 1)[1])}
+            if sources & accumulators:
+                hazards.append((i, f"{op} {operands.strip()}"))
+    return hazards
+
+
+def test_the_walk_flags_a_hoisted_conversion():
+    bad = """
+        /*0100*/                   HGMMA.64x80x16.F32.BF16 R24, R80, gdesc[UR16], R24, gsb0 ;
+        /*0110*/                   WARPGROUP.DEPBAR.LE gsb0, 0x1 ;
+        /*0120*/                   HGMMA.64x80x16.F32.BF16 R24, R64, gdesc[UR12], R24, gsb0 ;
+        /*0130*/                   WARPGROUP.DEPBAR.LE gsb0, 0x1 ;
+        /*0140*/                   F2FP.BF16.F32.PACK_AB R19, R33, R32 ;
+        /*0150*/                   WARPGROUP.DEPBAR.LE gsb0, 0x0 ;
+        /*0160*/                   F2FP.BF16.F32.PACK_AB R20, R35, R34 ;
+        /*0170*/                   F2FP.BF16.F32.PACK_AB R21, R101, R100 ;
+    """
+    hazards = accumulator_hazards(bad)
+    assert [h[1] for h in hazards] == ["F2FP.BF16.F32.PACK_AB R19, R33, R32"]
+
+
+def _small_descriptors():
+    # Odd shapes next to the Kimi ones: block_m 80 at K 512 is where ptxas serialized (C7514) before.
+    out = []
+    for mode, n, k, e, bm, slices, stages in [(1, 256, 512, 3, 80, 1, 6), (1, 384, 640, 5, 8, 1, 8),
+                                              (0, 256, 576, 2, 64, 2, 4), (1, 4096, 7168, 48, 48, 2, 6)]:
+        fields = {"mode": mode, "n": n, "k": k, "experts": e, "block_m": bm, "slices": slices, "stages": stages}
+        out.append(json.dumps({"family": "grouped.gemm", "arch": "sm_90a", "fields": fields}))
+    return out
+
+
+@pytest.fixture(scope="module")
+def grouped_cubins(tmp_path_factory):
+    cache = tmp_path_factory.mktemp("sass-cache")
+    listing = cache / "small.jsonl"
+    listing.write_text("\n".join(_small_descriptors()) + "\n")
+    for args in (["--model", "kimi-k2", "--deployment", "ep8"], ["--descriptors", str(listing)]):
+        subprocess.run([CHORD_JIT, "--cache-dir", str(cache), "prewarm", *args, "--arch", "sm_90a"], check=True,
+                       capture_output=True, timeout=600)
+    cubins = []
+    for meta in sorted(Path(cache).glob("entries/*/*.json")):
+        entry = json.loads(meta.read_text())
+        if entry["descriptor"]["family"] == "grouped.gemm":
+            cubins.append((entry["descriptor_text"], meta.with_suffix(".cubin")))
+    assert len(cubins) >= 10, cubins
+    return cubins
+
+
+@needs_tools
+def test_grouped_epilogues_wait_for_their_last_batch(grouped_cubins):
+    for name, cubin in grouped_cubins:
+        sass = subprocess.run([CUOBJDUMP, "-sass", str(cubin)], check=True, capture_output=True, text=True).stdout
+        assert "HGMMA" in sass, f"{name}: no wgmma in the SASS (a slower path?)"
+        hazards = accumulator_hazards(sass)
+        assert not hazards, f"{name}: accumulators read before the final wgmma wait: {hazards[:3]}"
