@@ -2,7 +2,7 @@
 # The one GPU run: Release build (with .deps/root headers when the system has none), the [gpu] Catch2
 # tests, the GPU pytest cases, the benchmarks; full logs and JSON under OUTDIR, a short table last.
 # Usage: tools/gpu_run.sh OUTDIR   (on the lent H200: tools/gpu_run.sh "$OUT", carrying .deps/root)
-#   CHORD_GPU_SKIP="glue_bench pytest ..." skips the named steps; CHORD_BENCH_ARGS is passed to the
+#   CHORD_GPU_SKIP="glue_bench pytest ..." skips the named steps, CHORD_STEP_LIMIT_S bounds each (400); CHORD_BENCH_ARGS is passed to the
 #   warp-decode bench (e.g. "--quick"), CHORD_GROUPED_BENCH_ARGS to the grouped bench, CHORD_PYTEST_ARGS
 #   replaces the pytest selection (tests/python).
 set -uo pipefail
@@ -13,11 +13,12 @@ build=${CHORD_GPU_BUILD_DIR:-build-gpu}
 export PYTHONUNBUFFERED=1
 export CHORD_CACHE_DIR=${CHORD_CACHE_DIR:-$PWD/$build/gpu-cache}
 status=0
-step() {  # step NAME CMD...: runs CMD, logs to OUTDIR/NAME.log, records pass/fail
+step() {  # step NAME CMD...: runs CMD under a time limit, logs to OUTDIR/NAME.log, records pass/fail
   local name=$1; shift
   case " ${CHORD_GPU_SKIP:-} " in *" $name "*) return;; esac
   local t0=$SECONDS
-  if "$@" >"$out/$name.log" 2>&1; then r=ok; else r=FAIL; status=1; fi
+  # A hung kernel would otherwise hold the lent GPU until the whole call's limit.
+  if timeout "${CHORD_STEP_LIMIT_S:-400}" "$@" >"$out/$name.log" 2>&1; then r=ok; else r=FAIL; status=1; fi
   printf '%-14s %-5s %4ss\n' "$name" "$r" "$((SECONDS - t0))" >>"$out/summary.txt"
   tail -n 3 "$out/$name.log" | sed "s/^/  [$name] /"
 }

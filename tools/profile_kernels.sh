@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Nsight Compute summary of one kernel family's benchmark cases (on the lent H200, after
+# tools/gpu_run.sh has built build-gpu): duration, DRAM throughput, occupancy, issue activity, warp
+# stall reasons per issued instruction; SASS of the last kernels profiled with CHORD_SASS=1.
+# Usage: tools/profile_kernels.sh FAMILY OUTDIR [CASE ...]
+#   FAMILY warp_decode: cases "NAME,FORMAT,M"            (default "Kimi K2 TP8,int4,1" "Kimi K2 TP8,int4,32")
+#   FAMILY grouped:     cases "EPx,PROJECTION,MODE,ROWS" (default "EP8,gate_up,masked,16" "EP8,down,contiguous,128")
+set -uo pipefail
+family=${1:?usage: tools/profile_kernels.sh warp_decode|grouped OUTDIR [cases...]}
+out=${2:?usage: tools/profile_kernels.sh warp_decode|grouped OUTDIR [cases...]}
+shift 2
+cd "$(dirname "$0")/.."
+build=${CHORD_GPU_BUILD_DIR:-build-gpu}
+case "$family" in
+  warp_decode) kernels="gate_up_kernel|down_kernel" skip=6 count=4 sass=2
+    defaults=("Kimi K2 TP8,int4,1" "Kimi K2 TP8,int4,32") ;;
+  grouped) kernels="grouped_gemm_kernel" skip=3 count=1 sass=1
+    defaults=("EP8,gate_up,masked,16" "EP8,down,contiguous,128") ;;
+  *) echo "unknown family $family (warp_decode, grouped)" >&2; exit 2 ;;
+esac
+cases=("$@")
+[ ${#cases[@]} -eq 0 ] && cases=("${defaults[@]}")
+stalls=""
+for s in long_scoreboard short_scoreboard barrier wait math_pipe_throttle mio_throttle lg_throttle sleeping \
+         dispatch_stall no_instruction branch_resolving membar selected not_selected misc drain imc_miss tex_throttle; do
+  stalls+="${stalls:+,}smsp__average_warps_issue_stalled_${s}_per_issue_active.ratio"
+done
+for c in "${cases[@]}"; do
+  tag=$(echo "$c" | tr ' ,' '__')
+  env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPATH="$PWD/tools/python:$PWD/bench" \
+    ncu --clock-control none -k "regex:$kernels" --launch-skip $skip --launch-count $count \
+    --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+    --section SchedulerStats --section MemoryWorkloadAnalysis --metrics "$stalls" \
+    python3 "bench/${family}_bench.py" --profile "$c" >"$out/ncu_${family}_$tag.txt" 2>&1
+  echo "== $family $c"
+  grep -E "$kernels|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\)|Achieved Occupancy|Registers Per|Waves Per SM|Issued Warp|Eligible Warps|Warp Cycles Per Issued|stalled" \
+    "$out/ncu_${family}_$tag.txt" | head -50
+done
+# SASS of the kernels of the last case profiled, for instruction counts.
+if [ "${CHORD_SASS:-0}" = 1 ]; then
+  for f in $(ls -t "${CHORD_CACHE_DIR:-$build/gpu-cache}"/entries/*/*.json | head -$sass); do
+    fam=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['descriptor']['family'])" "$f")
+    cuobjdump -sass "${f%.json}.cubin" >"$out/sass_$fam.txt" 2>&1
+  done
+fi
