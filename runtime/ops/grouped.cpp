@@ -2,8 +2,9 @@
 //   validate -> descriptor (shape + heuristics config) -> kernel -> tensor map of A -> launch.
 #include "runtime/ops/grouped.hpp"
 
+#include <xxhash.h>
+
 #include <array>
-#include <mutex>
 
 #include "runtime/driver.hpp"
 #include "runtime/env_config.hpp"
@@ -191,14 +192,10 @@ const KernelFamily kGroupedPackFamily{kPackSchema, pack_program, pack_examples};
 const KernelFamily kGroupedGemmFamily{kGemmSchema, gemm_program, gemm_examples};
 
 uint64_t grouped_weight_tag(const chord_grouped_weight_t& w) {
-  uint64_t h = 0x9E3779B97F4A7C15ull;
-  for (const uint64_t v :
-       {static_cast<uint64_t>(w.mode), static_cast<uint64_t>(w.num_experts), static_cast<uint64_t>(w.n),
-        static_cast<uint64_t>(w.k), reinterpret_cast<uint64_t>(w.packed), reinterpret_cast<uint64_t>(w.scale)}) {
-    h = (h ^ v) * 0x100000001B3ull;
-    h ^= h >> 29;
-  }
-  return h;
+  const uint64_t fields[] = {static_cast<uint64_t>(w.mode),        static_cast<uint64_t>(w.num_experts),
+                             static_cast<uint64_t>(w.n),           static_cast<uint64_t>(w.k),
+                             reinterpret_cast<uint64_t>(w.packed), reinterpret_cast<uint64_t>(w.scale)};
+  return XXH3_64bits(fields, sizeof(fields));
 }
 
 jit::Descriptor grouped_pack_descriptor(jit::Arch arch, GroupedMode mode, int64_t n, int64_t k) {
