@@ -90,6 +90,9 @@ def main():
     path, gr = newest("grouped_bench-")
     if gr:
         lines += grouped_section(path, gr)
+    path, ix = newest("indexed_bench-")
+    if ix:
+        lines += indexed_section(path, ix)
     (ROOT / "docs" / "performance.md").write_text("\n".join(lines))
 
 
@@ -97,12 +100,45 @@ def _fmt(value, spec, suffix=""):
     return "—" if value is None else f"{value:{spec}}{suffix}"
 
 
+def _targets_met(rows):
+    targeted = [r for r in rows if r.get("target_us") is not None]
+    return f"{sum(r['target_met'] for r in targeted)}/{len(targeted)}"
+
+
+def _target_cell(r):
+    return "—" if r.get("target_us") is None else f"{r['target_us']} {'✓' if r['target_met'] else '✗ miss'}"
+
+
+# The W4A16 GEMM benchmarks' shared columns (header, alignment, cell), after each one's key columns.
+_GEMM_COLUMNS = [
+    ("chordrt µs", "---:", lambda r: f"{r['chordrt_us']:.1f}"),
+    ("target µs", "---:", _target_cell),
+    ("TFLOP/s", "---:", lambda r: f"{r['chordrt_tflops']:.0f}"),
+    ("of dense", "---:", lambda r: f"{100 * r['fraction_of_dense_bf16']:.0f}%"),
+    ("TB/s", "---:", lambda r: f"{r['chordrt_tbps']:.2f}"),
+    ("of stream read", "---:", lambda r: f"{100 * r['fraction_of_stream_read']:.0f}%"),
+    ("baseline µs", "---:", lambda r: _fmt(r.get("baseline_us"), ".1f")),
+    ("× baseline", "---:", lambda r: _fmt(r.get("speedup_vs_baseline"), ".2f", "×")),
+    ("rel err", "---:", lambda r: f"{r['chordrt_error']['rel_err']:.2e}"),
+]
+
+
+def _gemm_section(title, intro, result, key_columns):
+    """A W4A16 GEMM benchmark's section: title, intro paragraph, one table row per point, skipped points."""
+    columns = key_columns + _GEMM_COLUMNS
+    lines = [title, "", intro, "",
+             "| " + " | ".join(h for h, _, _ in columns) + " |",
+             "|" + "|".join(a for _, a, _ in columns) + "|"]
+    lines += ["| " + " | ".join(cell(r) for _, _, cell in columns) + " |" for r in result["results"]]
+    if result.get("skipped"):
+        lines += ["", f"Skipped (the run's time budget): {', '.join(result['skipped'])}."]
+    lines.append("")
+    return lines
+
+
 def grouped_section(path, gr):
     c = gr["ceilings"]
-    rows = gr["results"]
-    targeted = [r for r in rows if r.get("target_us") is not None]
-    lines = [f"## W4A16 grouped MoE GEMMs on {gr['device']} (`{path.name}`)", "",
-             f"Kimi K2 (384 experts) at EP8/16/32 (48/24/12 local experts), gate_up (N 4096, K 7168) and down "
+    intro = (f"Kimi K2 (384 experts) at EP8/16/32 (48/24/12 local experts), gate_up (N 4096, K 7168) and down "
              f"(N 7168, K 2048). Contiguous (prefill): every expert the same aligned row count; masked (decode): "
              f"every expert the same token count, max_m 128, expected_m = the count. Ceilings in the same run: "
              f"streaming read {c['stream_read_tbps']:.2f} TB/s, dense BF16 GEMM {c['dense_bf16_tflops']:.0f} "
@@ -110,22 +146,33 @@ def grouped_section(path, gr):
              f"activation rows read + output rows written. Weight and input sets rotated past the L2. Baseline: "
              f"`torch._grouped_mm` on BF16-dequantized weights (masked: its 3-D batched form over max_m rows, or "
              f"`torch.bmm`), graph-captured, same process. Targets (EP8) from the issue: "
-             f"{sum(r['target_met'] for r in targeted)}/{len(targeted)} met.", "",
-             "| EP | projection | mode | rows/expert | chordrt µs | target µs | TFLOP/s | of dense | TB/s | "
-             "of stream read | baseline µs | × baseline | rel err |",
-             "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in rows:
-        target = "—" if r.get("target_us") is None else \
-            f"{r['target_us']} {'✓' if r['target_met'] else '✗ miss'}"
-        lines.append(f"| {r['ep']} | {r['projection']} | {r['mode']} | {r['per_expert']} | {r['chordrt_us']:.1f} | "
-                     f"{target} | {r['chordrt_tflops']:.0f} | {100 * r['fraction_of_dense_bf16']:.0f}% | "
-                     f"{r['chordrt_tbps']:.2f} | {100 * r['fraction_of_stream_read']:.0f}% | "
-                     f"{_fmt(r.get('baseline_us'), '.1f')} | {_fmt(r.get('speedup_vs_baseline'), '.2f', '×')} | "
-                     f"{r['chordrt_error']['rel_err']:.2e} |")
-    if gr.get("skipped"):
-        lines += ["", f"Skipped (the run's time budget): {', '.join(gr['skipped'])}."]
-    lines.append("")
-    return lines
+             f"{_targets_met(gr['results'])} met.")
+    keys = [("EP", "---:", lambda r: f"{r['ep']}"), ("projection", "---", lambda r: r["projection"]),
+            ("mode", "---", lambda r: r["mode"]), ("rows/expert", "---:", lambda r: f"{r['per_expert']}")]
+    return _gemm_section(f"## W4A16 grouped MoE GEMMs on {gr['device']} (`{path.name}`)", intro, gr, keys)
+
+
+def indexed_section(path, ix):
+    c = ix["ceilings"]
+    intro = (f"vLLM routing (`moe_align` → sorted_token_ids / expert_ids), Kimi K2 (384 experts, top-8). EP8 "
+             f"prefill: 48 local experts behind an expert map, T tokens in the step (≈ T local routes), gate_up "
+             f"(N 4096, K 7168) and down (N 7168, K 2048); TP8 prefill: all 384 experts, gate_up (N 512, K 7168) "
+             f"and down (N 7168, K 256), 8T routes; both on the WGMMA layout. EP8 decode: 20 / 50 tokens over 48 "
+             f"experts (160 / 400 routes), MMA layout. Down runs on the [8T, I] activations with top_k 1. block_m "
+             f"from `indexed_block_m`; blocks = live blocks `moe_align` produced (mean over the input sets) / the "
+             f"heuristic's expected count. Ceilings in the same run: streaming read "
+             f"{c['stream_read_tbps']:.2f} TB/s, dense BF16 GEMM {c['dense_bf16_tflops']:.0f} TFLOP/s. TFLOP/s "
+             f"over local routes; bytes = packed weights and scales of the touched experts + distinct activation "
+             f"rows read + output rows written. Weight and input sets rotated past the L2. Baseline: "
+             f"`torch._grouped_mm` on BF16-dequantized weights over the routes grouped by expert, graph-captured, "
+             f"same process, the grouped GEMM alone (gather and offs built outside the graph). Rel err vs FP32 "
+             f"over the written rows. Targets from the issue: {_targets_met(ix['results'])} met.")
+    keys = [("case", "---", lambda r: f"{r['parallel']} {r['phase']}"),
+            ("projection", "---", lambda r: r["projection"]), ("tokens", "---:", lambda r: f"{r['tokens']}"),
+            ("local routes", "---:", lambda r: f"{r['local_routes']:.0f}"),
+            ("block_m", "---:", lambda r: f"{r['block_m']}"),
+            ("blocks / expected", "---:", lambda r: f"{r['actual_blocks']:.1f} / {r['expected_blocks']:.1f}")]
+    return _gemm_section(f"## W4A16 indexed MoE GEMMs on {ix['device']} (`{path.name}`)", intro, ix, keys)
 
 
 if __name__ == "__main__":

@@ -19,8 +19,9 @@ int64_t tile_count(const GroupedShape& s, const GroupedConfig& c, int64_t rows_h
   return s.experts * ((rows_hint + c.block_m - 1) / c.block_m) * n_blocks;
 }
 
-// The deepest ring (at most 8 stages) that fits beside the epilogue.
-int deepest_ring(const GroupedShape& s, GroupedConfig c, const DeviceFacts& facts) {
+}  // namespace
+
+int grouped_deepest_ring(const GroupedShape& s, GroupedConfig c, const DeviceFacts& facts) {
   for (int stages = 8; stages >= 2; --stages) {
     c.stages = stages;
     if (grouped_dynamic_smem(s, c) <= facts.max_smem_per_block_optin) return stages;
@@ -28,15 +29,14 @@ int deepest_ring(const GroupedShape& s, GroupedConfig c, const DeviceFacts& fact
   return 2;
 }
 
-}  // namespace
-
-int grouped_block_k(GroupedMode mode) { return mode == GroupedMode::kContiguous ? 64 : 128; }
+int grouped_block_k(GroupedMode mode) { return mode == GroupedMode::kMasked ? 128 : 64; }
 
 int64_t grouped_dynamic_smem(const GroupedShape& s, const GroupedConfig& c) {
   const int64_t bk = grouped_block_k(s.mode), block_n = 128 * c.slices;
   const int64_t stage = round_up(c.block_m * bk * 2 + block_n * bk / 2 + bk / 32 * block_n * 2, 1024);
   const int64_t epilogue = 2LL * c.block_m * (c.slices * kGroupedSliceRows + 8) * 2;
-  return c.stages * stage + epilogue + 2LL * c.stages * 8 + (s.experts + 1) * 4 + 1024;
+  const int64_t row_table = s.mode == GroupedMode::kIndexed ? 4LL * c.block_m : 0;
+  return c.stages * stage + epilogue + 2LL * c.stages * 8 + (s.experts + 1) * 4 + row_table + 1024;
 }
 
 int grouped_consumer_registers(const GroupedShape& s, const GroupedConfig& c) {
@@ -100,7 +100,7 @@ GroupedConfig select_grouped(const GroupedShape& s, int64_t rows_hint, const Dev
       c = wide;
     }
   }
-  c.stages = deepest_ring(s, c, facts);
+  c.stages = grouped_deepest_ring(s, c, facts);
   return c;
 }
 

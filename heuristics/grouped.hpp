@@ -10,13 +10,14 @@
 
 namespace chordrt::heuristics {
 
-enum class GroupedMode : int { kContiguous = 0, kMasked = 1 };
+// kIndexed: the same kernel gathering vLLM-routed rows (the indexed family's prefill profile).
+enum class GroupedMode : int { kContiguous = 0, kMasked = 1, kIndexed = 2 };
 
 constexpr int kGroupedMaxExperts = 1024;  // the masked scheduler's per-CTA prefix table
 constexpr int kGroupedSliceRows = 64;     // weight rows per wgmma (M)
 constexpr int kGroupedConsumers = 2;      // consumer warpgroups per CTA
 
-// The packed layout's K block: contiguous 64, masked 128 (its shared-memory stages hold one block).
+// The packed layout's K block: contiguous and indexed 64, masked 128 (a shared-memory stage holds one).
 int grouped_block_k(GroupedMode mode);
 
 struct GroupedShape {
@@ -37,6 +38,9 @@ int64_t grouped_dynamic_smem(const GroupedShape& s, const GroupedConfig& c);
 // Registers per consumer thread the configuration needs (accumulators + two fragment buffers + ~40 for
 // addresses and scales), checked against the 232 a consumer gets after setmaxnreg.
 int grouped_consumer_registers(const GroupedShape& s, const GroupedConfig& c);
+
+// The deepest ring (at most 8 stages) of c's tile that fits the device's shared memory.
+int grouped_deepest_ring(const GroupedShape& s, GroupedConfig c, const DeviceFacts& facts = {});
 
 // "" when (s, c) is a valid kernel, else why not.
 std::string grouped_config_error(const GroupedShape& s, const GroupedConfig& c, const DeviceFacts& facts = {});

@@ -3,6 +3,7 @@
 #include "runtime/error.hpp"
 #include "runtime/ops/glue.hpp"
 #include "runtime/ops/grouped.hpp"
+#include "runtime/ops/indexed.hpp"
 #include "runtime/ops/warp_decode.hpp"
 
 namespace chordrt {
@@ -10,10 +11,10 @@ namespace chordrt {
 std::string KernelProgram::source() const { return fmt::format("#include \"{}\"\n", header); }
 
 std::span<const KernelFamily* const> kernel_families() {
-  static const KernelFamily* const kFamilies[] = {&ops::kMoeAlignFamily, &ops::kSiluAndMulFamily,
-                                                  &ops::kMoeCombineFamily, &ops::kWarpDecodeGateUpFamily,
-                                                  &ops::kWarpDecodeDownFamily, &ops::kGroupedPackFamily,
-                                                  &ops::kGroupedGemmFamily};
+  static const KernelFamily* const kFamilies[] = {
+      &ops::kMoeAlignFamily,       &ops::kSiluAndMulFamily,   &ops::kMoeCombineFamily,  &ops::kWarpDecodeGateUpFamily,
+      &ops::kWarpDecodeDownFamily, &ops::kGroupedPackFamily,  &ops::kGroupedGemmFamily, &ops::kIndexedPackFamily,
+      &ops::kIndexedPrefillFamily, &ops::kIndexedDecodeFamily};
   return kFamilies;
 }
 

@@ -9,6 +9,7 @@
 #include "runtime/error.hpp"
 #include "runtime/ops/glue.hpp"
 #include "runtime/ops/grouped.hpp"
+#include "runtime/ops/indexed.hpp"
 #include "runtime/ops/warp_decode.hpp"
 
 namespace chordrt {
@@ -82,6 +83,37 @@ void add_grouped_descriptors(const MoeModelShape& m, int64_t inter, int experts,
       } else {
         for (int64_t expected = 1; expected <= 256; ++expected) {
           add(ops::grouped_gemm_descriptor(arch, s, heuristics::select_grouped(s, expected)));
+        }
+      }
+    }
+  }
+}
+
+// The indexed family (vLLM routing), EP or TP: both layouts' packers and GEMMs of both projections, for
+// steps of 1..128 tokens on the decode layout and 64..64K tokens on the prefill layout, plus moe_align at
+// every block size the heuristic picks for them. Routed rows on this GPU: tokens * top_k / EP.
+template <typename Add>
+void add_indexed_descriptors(const MoeModelShape& m, int64_t inter, const Deployment& dep, jit::Arch arch, Add&& add) {
+  using heuristics::IndexedLayout;
+  const int experts = m.num_experts / dep.expert_parallel;
+  const std::pair<int64_t, int64_t> projections[] = {{2 * inter, m.hidden}, {m.hidden, inter}};  // (N, K)
+  for (const auto& [n, k] : projections) {
+    for (const IndexedLayout layout : {IndexedLayout::kMma, IndexedLayout::kWgmma}) {
+      const heuristics::IndexedShape s{layout, n, k, experts};
+      if (!heuristics::indexed_shape_error(s).empty()) continue;
+      add(ops::indexed_pack_descriptor(arch, layout, n, k));
+      const bool decode = layout == IndexedLayout::kMma;
+      for (int64_t tokens = decode ? 1 : 64; tokens <= (decode ? 128 : 65536);
+           tokens = decode ? tokens + 1 : tokens * 2) {
+        const int64_t rows = std::max<int64_t>(1, tokens * m.top_k / dep.expert_parallel);
+        const int bm = heuristics::select_indexed_block_m(s, rows);
+        for (const auto& c : heuristics::moe_align_configs(m.num_experts)) {
+          add(ops::moe_align_descriptor(arch, m.num_experts, bm, dep.expert_parallel > 1, c));
+        }
+        if (decode) {
+          add(ops::indexed_decode_descriptor(arch, s, heuristics::select_indexed_decode(s, bm)));
+        } else {
+          add(ops::indexed_prefill_descriptor(arch, s, heuristics::select_indexed_prefill(s, bm, rows)));
         }
       }
     }
@@ -182,8 +214,10 @@ std::vector<jit::Descriptor> plan_descriptors(const MoeModelShape& m, const Depl
       add(ops::warp_decode_down_descriptor(arch, s, dn));
     }
   }
-  if (m.weight_format == "int4" && ep)
-    add_grouped_descriptors(m, inter, m.num_experts / dep.expert_parallel, arch, add);
+  if (m.weight_format == "int4") {
+    add_indexed_descriptors(m, inter, dep, arch, add);
+    if (ep) add_grouped_descriptors(m, inter, m.num_experts / dep.expert_parallel, arch, add);
+  }
   return out;
 }
 

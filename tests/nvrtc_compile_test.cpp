@@ -59,7 +59,8 @@ TEST_CASE("the registry lists every family", "[nvrtc]") {
     }
   }
   CHECK(names == std::set<std::string>{"glue.moe_align", "glue.silu_and_mul", "glue.moe_combine", "warp_decode.gate_up",
-                                       "warp_decode.down", "grouped.pack", "grouped.gemm"});
+                                       "warp_decode.down", "grouped.pack", "grouped.gemm", "indexed.pack",
+                                       "indexed.prefill", "indexed.decode"});
   CHECK(chordrt::find_family("glue.nope") == nullptr);
   CHECK_FALSE(chordrt::embedded_sources().empty());
 }

@@ -3,8 +3,8 @@
 # tests, the GPU pytest cases, the benchmarks; full logs and JSON under OUTDIR, a short table last.
 # Usage: tools/gpu_run.sh OUTDIR   (on the lent H200: tools/gpu_run.sh "$OUT", carrying .deps/root)
 #   CHORD_GPU_SKIP="glue_bench pytest ..." skips the named steps, CHORD_STEP_LIMIT_S bounds each (400); CHORD_BENCH_ARGS is passed to the
-#   warp-decode bench (e.g. "--quick"), CHORD_GROUPED_BENCH_ARGS to the grouped bench, CHORD_PYTEST_ARGS
-#   replaces the pytest selection (tests/python).
+#   warp-decode bench (e.g. "--quick"), CHORD_GROUPED_BENCH_ARGS to the grouped bench, CHORD_INDEXED_BENCH_ARGS
+#   to the indexed bench, CHORD_PYTEST_ARGS replaces the pytest selection (tests/python).
 set -uo pipefail
 out=${1:?usage: tools/gpu_run.sh OUTDIR}
 mkdir -p "$out"
@@ -39,6 +39,8 @@ step warp_decode_bench env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPAT
   python3 bench/warp_decode_bench.py --json "$out/warp_decode_bench.json" ${CHORD_BENCH_ARGS:-}
 step grouped_bench env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPATH="$PWD/tools/python" \
   python3 bench/grouped_bench.py --json "$out/grouped_bench.json" ${CHORD_GROUPED_BENCH_ARGS:-}
+step indexed_bench env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPATH="$PWD/tools/python" \
+  python3 bench/indexed_bench.py --json "$out/indexed_bench.json" ${CHORD_INDEXED_BENCH_ARGS:-}
 echo
 echo "== GPU: $(sed -n 2p "$out/gpu.txt")"
 cat "$out/summary.txt"
@@ -46,4 +48,5 @@ cat "$out/summary.txt"
 [ -f "$out/glue_bench.log" ] && tail -n 40 "$out/glue_bench.log"
 [ -f "$out/warp_decode_bench.log" ] && tail -n 50 "$out/warp_decode_bench.log"
 [ -f "$out/grouped_bench.log" ] && tail -n 60 "$out/grouped_bench.log"
+[ -f "$out/indexed_bench.log" ] && tail -n 30 "$out/indexed_bench.log"
 exit $status

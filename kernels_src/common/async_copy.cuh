@@ -21,6 +21,18 @@ __device__ __forceinline__ void cp_async(void* smem, const void* gmem) {
   }
 }
 
+// 16 bytes, or 16 zero bytes when !valid (nothing is read then: `gmem` need not be dereferenceable).
+__device__ __forceinline__ void cp_async_16_or_zero(void* smem, const void* gmem, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_address(smem)), "l"(gmem), "r"(valid ? 16 : 0)
+               : "memory");
+}
+
+// One arrival on `bar` once every cp.async this thread issued so far has landed (counted in the
+// barrier's expected arrivals: noinc).
+__device__ __forceinline__ void cp_async_arrive(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_address(bar)) : "memory");
+}
+
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 
 // Waits until at most PENDING of this thread's committed groups are still in flight.

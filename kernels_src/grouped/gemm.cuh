@@ -10,9 +10,14 @@
 // element: 0x4300 | nibble is 128 + nibble in BF16, minus 136 gives q, times the group's BF16 scale gives
 // RN(q * s), the unfused BF16 rounding. FP32 accumulators; the epilogue goes through shared memory to
 // 16-byte row stores of the valid rows only.
+//
+// Indexed mode (the W4A16 indexed family's prefill profile) gathers instead: the activation rows of a
+// tile are routes of vLLM's sorted routing, so all four producer warps copy them with cp.async (16 bytes
+// per lane, written in the tensor map's 128-byte swizzle so the consumers cannot tell the difference,
+// zeros for padding slots), and the epilogue scatters each token column to its route's output row.
 #pragma once
 
-#include "common/mma.cuh"
+#include "common/int4.cuh"
 #include "common/tma.cuh"
 #include "common/warpgroup.cuh"
 #include "grouped/layout.cuh"
@@ -43,15 +48,16 @@ struct GemmSmem {
   static constexpr int kEpilogueBytes = 2 * BM * kEpiloguePitch * 2;
   static constexpr int kBarrierOffset = STAGES * kStageBytes + kEpilogueBytes;
   static constexpr int kPrefixOffset = kBarrierOffset + 2 * STAGES * 8;
-  // + 1024: the dynamic allocation is aligned up to 1024 in the kernel (128-byte swizzle atoms).
-  static constexpr int total(int experts) { return kPrefixOffset + (experts + 1) * 4 + 1024; }
+  // Indexed: the token row (or -1) of each of the tile's BM sorted slots, for the gathering producers.
+  // The host's heuristics::grouped_dynamic_smem() sizes the whole (plus 1024 for the alignment below).
+  static constexpr int row_table_offset(int experts) { return kPrefixOffset + (experts + 1) * 4; }
 };
 
 template <int MODE, int N, int K, int EXPERTS, int BM, int SLICES, int BLOCK_K, int STAGES>
 __global__ void __launch_bounds__(384, 1)
     grouped_gemm_kernel(const __grid_constant__ TensorMap act_map, const uint32_t* __restrict__ packed,
                         const bf16* __restrict__ packed_scale, const int32_t* __restrict__ routing, int rows,
-                        bf16* __restrict__ out) {
+                        const IndexedRouting indexed, bf16* __restrict__ out) {
   using Smem = GemmSmem<BM, SLICES, BLOCK_K, STAGES>;
   using Mma = WgmmaRs<BM>;
   constexpr int kBlockN = Smem::kBlockN, kNBlocks = N / kBlockN, kKBlocks = K / BLOCK_K;
@@ -64,13 +70,16 @@ __global__ void __launch_bounds__(384, 1)
   uint8_t* smem = smem_raw + ((1024 - (smem_address(smem_raw) & 1023)) & 1023);
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + Smem::kBarrierOffset);
   uint64_t* empty = full + STAGES;
-  Scheduler<MODE, BM, kNBlocks, EXPERTS> sched{routing, rows, reinterpret_cast<int*>(smem + Smem::kPrefixOffset)};
+  Scheduler<MODE, BM, kNBlocks, EXPERTS> sched{routing, rows, reinterpret_cast<int*>(smem + Smem::kPrefixOffset),
+                                               indexed};
+  constexpr bool kGather = MODE == kIndexed;
 
   const int warpgroup = threadIdx.x / 128;
   if (threadIdx.x == 0) {
-    prefetch_tensor_map(&act_map);
+    if constexpr (!kGather) prefetch_tensor_map(&act_map);
     for (int s = 0; s < STAGES; ++s) {
-      mbarrier_init(&full[s], 1);
+      // Gathering: one cp.async arrival per producer thread, plus the expect-bytes arrival.
+      mbarrier_init(&full[s], kGather ? 129 : 1);
       mbarrier_init(&empty[s], 8);  // one arrival per consumer warp
     }
     fence_barrier_init();
@@ -81,6 +90,54 @@ __global__ void __launch_bounds__(384, 1)
 
   if (warpgroup == 0) {
     set_max_registers_decrease<40>();
+    // The tile's packed slices and scales for K block kb, by bulk copies completing on `bar`.
+    auto copy_weights = [&](uint8_t* stage, const Tile& t, int kb, uint64_t* bar) {
+      uint8_t* w = stage + Smem::kActBytes;
+      for (int q = 0; q < 2 * SLICES; ++q) {
+        bulk_copy(w + q * (kSliceRows * BLOCK_K / 2),
+                  packed + slice_block_offset<N, K, BLOCK_K>(t.expert, t.n_block * 2 * SLICES + q, kb),
+                  kSliceRows * BLOCK_K / 2, bar);
+      }
+      uint8_t* sc = w + Smem::kWeightBytes;
+      for (int g = 0; g < kGroups; ++g) {
+        bulk_copy(sc + g * kBlockN * 2,
+                  packed_scale + (static_cast<long long>(t.expert) * (K / kGroup) + kb * kGroups + g) * N +
+                      t.n_block * kBlockN,
+                  kBlockN * 2, bar);
+      }
+    };
+    if constexpr (kGather) {
+      int* token_rows = reinterpret_cast<int*>(smem + Smem::row_table_offset(EXPERTS));
+      const int ptid = threadIdx.x;
+      int it = 0;
+      for (int index = blockIdx.x; index < tiles; index += gridDim.x) {
+        const Tile t = sched.tile(index);
+        if (t.expert < 0) continue;
+        named_barrier(3, 128);  // every producer is done with the previous tile's table
+        for (int r = ptid; r < BM; r += 128) token_rows[r] = indexed.token_of(t.row0 + r);
+        named_barrier(3, 128);
+        for (int kb = 0; kb < kKBlocks; ++kb, ++it) {
+          const int s = it % STAGES;
+          mbarrier_wait(&empty[s], ((it / STAGES) & 1) ^ 1);
+          uint8_t* stage = smem + s * Smem::kStageBytes;
+          if (ptid == 0) {
+            mbarrier_arrive_expect_bytes(&full[s], Smem::kWeightBytes + Smem::kScaleBytes);
+            copy_weights(stage, t, kb, &full[s]);
+          }
+          // 16-byte chunk `col` of a 128-byte row lands at chunk col ^ (row % 8): the 128-byte swizzle.
+          for (int v = ptid; v < kChunks * BM * 8; v += 128) {
+            const int chunk = v / (BM * 8), row = v / 8 % BM, col = v % 8;
+            const int token = token_rows[row];
+            const bf16* src =
+                indexed.a + static_cast<long long>(max(token, 0)) * K + kb * BLOCK_K + chunk * 64 + col * 8;
+            cp_async_16_or_zero(stage + chunk * Smem::kActChunkBytes + row * 128 + ((col ^ (row & 7)) << 4), src,
+                                token >= 0);
+          }
+          cp_async_arrive(&full[s]);
+        }
+      }
+      return;
+    }
     if (threadIdx.x >= 32) return;
     int it = 0;
     for (int index = blockIdx.x; index < tiles; index += gridDim.x) {
@@ -95,19 +152,7 @@ __global__ void __launch_bounds__(384, 1)
           for (int c = 0; c < kChunks; ++c) {
             tensor_copy_2d(stage + c * Smem::kActChunkBytes, &act_map, kb * BLOCK_K + c * 64, t.row0, &full[s]);
           }
-          uint8_t* w = stage + Smem::kActBytes;
-          for (int q = 0; q < 2 * SLICES; ++q) {
-            bulk_copy(w + q * (kSliceRows * BLOCK_K / 2),
-                      packed + slice_block_offset<N, K, BLOCK_K>(t.expert, t.n_block * 2 * SLICES + q, kb),
-                      kSliceRows * BLOCK_K / 2, &full[s]);
-          }
-          uint8_t* sc = w + Smem::kWeightBytes;
-          for (int g = 0; g < kGroups; ++g) {
-            bulk_copy(sc + g * kBlockN * 2,
-                      packed_scale + (static_cast<long long>(t.expert) * (K / kGroup) + kb * kGroups + g) * N +
-                          t.n_block * kBlockN,
-                      kBlockN * 2, &full[s]);
-          }
+          copy_weights(stage, t, kb, &full[s]);
         }
       } else {
         it += kKBlocks;
@@ -149,19 +194,9 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
       for (int gi = 0; gi < kGroups; ++gi) {
         const bf16* group_scales = sc + gi * kBlockN + slice * kSliceRows + row_in_slice;
-        const uint32_t s0 = group_scales[0].bits, s1 = group_scales[8].bits;
-        const uint32_t scale0 = s0 | (s0 << 16), scale1 = s1 | (s1 << 16);
+        const uint32_t scale0 = bf16_pair(group_scales[0].bits), scale1 = bf16_pair(group_scales[8].bits);
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const uint32_t word = words[2 * gi + h];
-          uint32_t(&a)[4] = frag[BUF][j][2 * gi + h];
-          constexpr uint32_t kNibbles = 0x000F000Fu, k128 = 0x43004300u, k136 = 0x43084308u;
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const uint32_t biased = and_or(word >> (4 * i), kNibbles, k128);
-            a[i] = mul_bf16x2(sub_bf16x2(biased, k136), (i & 1) ? scale1 : scale0);
-          }
-        }
+        for (int h = 0; h < 2; ++h) dequant_int4_word(words[2 * gi + h], scale0, scale1, frag[BUF][j][2 * gi + h]);
       }
     }
   };
@@ -191,6 +226,13 @@ __global__ void __launch_bounds__(384, 1)
     }
   };
 
+  // Waits for ring entry `it` to fill. Gathered activations were written by the generic proxy (cp.async):
+  // fence before wgmma reads them through the async proxy.
+  auto wait_full = [&](int it_next) {
+    mbarrier_wait(&full[it_next % STAGES], (it_next / STAGES) & 1);
+    if constexpr (kGather) fence_proxy_async();
+  };
+
   auto release = [&](int s) {
     __syncwarp();
     if (lane == 0) mbarrier_arrive(&empty[s]);
@@ -200,16 +242,13 @@ __global__ void __launch_bounds__(384, 1)
     const Tile tile = sched.tile(index);
     if (tile.expert < 0) continue;
     // Main loop over K blocks, two per iteration so the register buffer index is a constant.
-    mbarrier_wait(&full[it % STAGES], (it / STAGES) & 1);
+    wait_full(it);
     load_and_dequant(Buffer<0>{}, it % STAGES);
     for (int kb = 0; kb < kKBlocks; kb += 2) {
       {
         const int s = (it + kb) % STAGES;
         issue(Buffer<0>{}, s, kb == 0);
-        if (kb + 1 < kKBlocks) {
-          const int next = it + kb + 1;
-          mbarrier_wait(&full[next % STAGES], (next / STAGES) & 1);
-        }
+        if (kb + 1 < kKBlocks) wait_full(it + kb + 1);
         wgmma_wait<1>();
         if (kb > 0) release((it + kb - 1) % STAGES);
         if (kb + 1 < kKBlocks) load_and_dequant(Buffer<1>{}, (it + kb + 1) % STAGES);
@@ -217,10 +256,7 @@ __global__ void __launch_bounds__(384, 1)
       if (kb + 1 < kKBlocks) {
         const int s = (it + kb + 1) % STAGES;
         issue(Buffer<1>{}, s, false);
-        if (kb + 2 < kKBlocks) {
-          const int next = it + kb + 2;
-          mbarrier_wait(&full[next % STAGES], (next / STAGES) & 1);
-        }
+        if (kb + 2 < kKBlocks) wait_full(it + kb + 2);
         wgmma_wait<1>();
         release((it + kb) % STAGES);
         if (kb + 2 < kKBlocks) load_and_dequant(Buffer<0>{}, (it + kb + 2) % STAGES);
@@ -248,9 +284,13 @@ __global__ void __launch_bounds__(384, 1)
     const int n0 = tile.n_block * kBlockN + consumer * SLICES * kSliceRows;
     for (int v = tid; v < BM * kVecPerRow; v += 128) {
       const int token = v / kVecPerRow, col = (v % kVecPerRow) * 8;
-      const int row = tile.row0 + token;
+      int row = tile.row0 + token;
       bool write = row < tile.valid_end;
       if constexpr (MODE == kContiguous) write = write && routing[row] == tile.expert;
+      if constexpr (MODE == kIndexed) {
+        row = indexed.route_of(row);
+        write = row >= 0;
+      }
       if (write) {
         *reinterpret_cast<uint4*>(out + static_cast<long long>(row) * N + n0 + col) =
             *reinterpret_cast<const uint4*>(epilogue + token * Smem::kEpiloguePitch + col);

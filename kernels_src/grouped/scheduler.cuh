@@ -5,17 +5,19 @@
 //               m_indices value among those rows (the contract pads each expert to 128 rows).
 //   masked:     the blocks of group g cover its first masked_m[g] rows (clamped to max_m); a prefix sum
 //               of blocks per group, built once per CTA in shared memory, maps a tile to its group.
+//   indexed:    row block b is block b of vLLM's sorted routing (common/routing.cuh): expert_ids[b] names
+//               its expert, the device count of padded slots says how many blocks there are.
 #pragma once
 
-#include "common/types.cuh"
+#include "common/routing.cuh"
 
 namespace chord::grouped {
 
-enum : int { kContiguous = 0, kMasked = 1 };
+enum : int { kContiguous = 0, kMasked = 1, kIndexed = 2 };
 
 struct Tile {
   int expert;     // -1: nothing to do (padding-only block, or an expert id outside [0, E))
-  int row0;       // first row of A (and of the output) in this tile
+  int row0;       // first row of A (and of the output) in this tile; indexed: first sorted slot
   int valid_end;  // masked: rows of this group before which outputs are written; contiguous: total rows
   int n_block;
 };
@@ -26,9 +28,12 @@ struct Scheduler {
   const int32_t* routing;  // m_indices [rows] or masked_m [EXPERTS]
   int rows;                // contiguous: m; masked: max_m
   int* block_prefix;       // masked: EXPERTS + 1 ints of shared memory
+  IndexedRouting indexed;  // indexed only
+  int indexed_blocks = 0;
 
   // Masked: every thread of the CTA calls this once, before any tile is asked for.
   __device__ void prepare(int thread, int threads) {
+    if constexpr (MODE == kIndexed) indexed_blocks = indexed.blocks<BM>();
     if constexpr (MODE == kMasked) {
       // A short serial scan: EXPERTS <= 1024 counts, done once per CTA.
       if (thread == 0) {
@@ -47,6 +52,8 @@ struct Scheduler {
   __device__ int tiles() const {
     if constexpr (MODE == kMasked) {
       return block_prefix[EXPERTS] * N_BLOCKS;
+    } else if constexpr (MODE == kIndexed) {
+      return indexed_blocks * N_BLOCKS;
     } else {
       return (rows + BM - 1) / BM * N_BLOCKS;
     }
@@ -69,6 +76,11 @@ struct Scheduler {
       t.expert = lo;
       t.row0 = lo * rows + (block - block_prefix[lo]) * BM;
       t.valid_end = lo * rows + min(max(routing[lo], 0), rows);
+    } else if constexpr (MODE == kIndexed) {
+      const int e = indexed.expert_ids[block];
+      t.expert = e >= 0 && e < EXPERTS ? e : -1;
+      t.row0 = block * BM;
+      t.valid_end = indexed.routes;
     } else {
       t.row0 = block * BM;
       t.valid_end = rows;

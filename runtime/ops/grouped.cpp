@@ -10,6 +10,8 @@
 #include "runtime/env_config.hpp"
 #include "runtime/jit_runtime.hpp"
 #include "runtime/launch.hpp"
+#include "runtime/ops/indexed_routing.hpp"
+#include "runtime/ops/pack_launch.hpp"
 #include "runtime/ops/validate.hpp"
 
 namespace chordrt::ops {
@@ -24,7 +26,6 @@ constexpr std::string_view kPackFields[] = {"mode", "n", "k"};
 constexpr jit::FamilySchema kPackSchema{"grouped.pack", kPackFields};
 constexpr std::string_view kGemmFields[] = {"mode", "n", "k", "experts", "block_m", "slices", "stages"};
 constexpr jit::FamilySchema kGemmSchema{"grouped.gemm", kGemmFields};
-constexpr int kPackThreads = 256;
 
 const char* mode_name(GroupedMode m) { return m == GroupedMode::kContiguous ? "contiguous" : "masked"; }
 
@@ -182,7 +183,8 @@ void run_gemm(const char* op, GroupedMode mode, const void* a, int64_t rows, int
   int64_t tiles = static_cast<int64_t>(ctx.facts.sm_count);
   if (mode == GroupedMode::kContiguous) tiles = (rows + c.block_m - 1) / c.block_m * (w.n / (128 * c.slices));
   const uint32_t grid = static_cast<uint32_t>(std::min<int64_t>(tiles, ctx.facts.sm_count));
-  const void* args[] = {&map, &w.packed, &w.scale, &routing, &rows_param, &out};
+  const IndexedRoutingArg unused{};  // this kernel's indexed mode only
+  const void* args[] = {&map, &w.packed, &w.scale, &routing, &rows_param, &unused, &out};
   launch(ctx, kernel, {grid, 1, 1}, stream, const_cast<void**>(args));
 }
 
@@ -224,32 +226,14 @@ void grouped_weight_sizes(int32_t mode, int32_t num_experts, int32_t n, int32_t 
 
 chord_grouped_weight_t grouped_pack(const chord_grouped_pack_args_t& a, CUstream stream) {
   constexpr const char* op = "grouped_pack";
-  if (a.bits != 4 || a.group_size != 32 || a.symmetric != 1 || a.scale_is_bf16 != 1) {
-    throw_error(CHORD_ERROR_UNSUPPORTED,
-                "{}: the grouped family serves symmetric 4-bit weights with group size 32 and BF16 scales; got "
-                "bits {}, group_size {}, symmetric {}, scale_is_bf16 {}",
-                op, a.bits, a.group_size, a.symmetric, a.scale_is_bf16);
-  }
   size_t need_packed = 0, need_scale = 0;
-  grouped_weight_sizes(a.mode, a.num_experts, a.n, a.k, &need_packed, &need_scale);
-  ops::require_pointer(a.weight_packed, op, "weight_packed", 4);
-  ops::require_pointer(a.weight_scale, op, "weight_scale", 2);
-  ops::require_pointer(a.packed, op, "packed", 16);
-  ops::require_pointer(a.scale, op, "scale", 16);
-  if (a.packed_bytes < need_packed || a.scale_bytes < need_scale) {
-    throw_error(CHORD_ERROR_INVALID_ARGUMENT, "{}: packed/scale buffers must hold {} and {} bytes, got {} and {}", op,
-                need_packed, need_scale, a.packed_bytes, a.scale_bytes);
+  if (a.bits == 4 && a.group_size == 32 && a.symmetric == 1 && a.scale_is_bf16 == 1) {
+    grouped_weight_sizes(a.mode, a.num_experts, a.n, a.k, &need_packed, &need_scale);
   }
   const auto mode = static_cast<heuristics::GroupedMode>(a.mode);
-  JitRuntime& rt = JitRuntime::global();
-  const ContextState& ctx = rt.context_for(stream);
-  const LoadedKernel& kernel = rt.kernel(ops::grouped_pack_descriptor(ctx.facts.arch, mode, a.n, a.k), ctx, stream);
-  const int64_t words = static_cast<int64_t>(a.num_experts) * a.n * (a.k / 8);
-  const uint32_t grid =
-      static_cast<uint32_t>(std::min<int64_t>((words + ops::kPackThreads - 1) / ops::kPackThreads, 8 * 1024));
-  const int32_t experts = a.num_experts;
-  const void* args[] = {&a.weight_packed, &a.weight_scale, &experts, &a.packed, &a.scale};
-  launch(ctx, kernel, {grid, 1, 1}, stream, const_cast<void**>(args));
+  ops::launch_w4a16_pack(
+      op, "grouped", a, need_packed, need_scale,
+      [&](jit::Arch arch) { return ops::grouped_pack_descriptor(arch, mode, a.n, a.k); }, stream);
   chord_grouped_weight_t w{};
   w.struct_size = sizeof(w);
   w.mode = a.mode;

@@ -217,6 +217,79 @@ CHORD_API chord_status_t chord_grouped_contiguous(const void* a, int64_t m, cons
 CHORD_API chord_status_t chord_grouped_masked(const void* a, int32_t max_m, const chord_grouped_weight_t* weight,
                                               const int32_t* masked_m, int32_t expected_m, void* out, CUstream stream);
 
+/* ---- W4A16 indexed MoE GEMMs (vLLM routing: sorted_token_ids / expert_ids / num_tokens_post_padded) -- */
+typedef enum chord_indexed_layout {
+  CHORD_INDEXED_WGMMA = 0, /* prefill / mixed: the WGMMA kernel (register-A dequant, tokens on wgmma N) */
+  CHORD_INDEXED_MMA = 1    /* decode: the mma.sync kernel with operands swapped, block_m 8..32 */
+} chord_indexed_layout_t;
+
+typedef enum chord_indexed_profile {
+  CHORD_INDEXED_PROFILE_AUTO = 0, /* deduced from the shape: TP when N or K < 1024 */
+  CHORD_INDEXED_PROFILE_EP = 1,   /* a few wide experts per GPU */
+  CHORD_INDEXED_PROFILE_TP = 2    /* every expert, sliced narrow */
+} chord_indexed_profile_t;
+
+/* A weight packed for one indexed layout. Filled by chord_indexed_pack; the GEMM checks every field (and
+ * the tag, which binds them) and rejects a weight of the other layout. The caller owns both buffers. */
+typedef struct chord_indexed_weight {
+  size_t struct_size;
+  int32_t layout; /* a chord_indexed_layout_t */
+  int32_t num_experts;
+  int32_t n; /* output features per expert, a multiple of 128 */
+  int32_t k; /* input features, a multiple of 64 */
+  void* packed;
+  void* scale;
+  uint64_t tag;
+} chord_indexed_weight_t;
+
+/* Device bytes the packed weight and its scales need (both 0 and INVALID_ARGUMENT for a bad shape). */
+CHORD_API chord_status_t chord_indexed_weight_sizes(int32_t layout, int32_t num_experts, int32_t n, int32_t k,
+                                                    size_t* packed_bytes, size_t* scale_bytes);
+
+/* As chord_grouped_pack_args_t, with a layout instead of a mode. */
+typedef struct chord_indexed_pack_args {
+  size_t struct_size;
+  int32_t layout;
+  int32_t num_experts, n, k;
+  int32_t bits, group_size, symmetric, scale_is_bf16; /* only 4 / 32 / 1 / 1 is served (else UNSUPPORTED) */
+  const void* weight_packed;                          /* int32 [E, N, K/8], nibble = q + 8 */
+  const void* weight_scale;                           /* BF16 [E, N, K/32] */
+  void* packed;                                       /* >= packed_bytes of chord_indexed_weight_sizes */
+  size_t packed_bytes;
+  void* scale;
+  size_t scale_bytes;
+} chord_indexed_pack_args_t;
+
+CHORD_API chord_status_t chord_indexed_pack(const chord_indexed_pack_args_t* args, chord_indexed_weight_t* weight,
+                                            CUstream stream);
+
+/* The block_m to build the routing with (moe_align's block_size) for `routed_rows` routes landing on this
+ * GPU's num_experts experts, for a weight of `layout` with this N and K. profile: a
+ * chord_indexed_profile_t. */
+CHORD_API chord_status_t chord_indexed_block_m(int32_t layout, int32_t num_experts, int32_t n, int32_t k,
+                                               int64_t routed_rows, int32_t profile, int32_t* block_m);
+
+typedef struct chord_indexed_args {
+  size_t struct_size;
+  const void* a;      /* [num_tokens, K] BF16, 16-byte aligned: route r reads row r / top_k */
+  int64_t num_tokens; /* rows of a (for the down projection: M*topk rows with top_k = 1) */
+  int32_t top_k;      /* 1..64 */
+  int32_t block_m;    /* the routing's block size: wgmma layout 8..256 step 8, mma layout 8..32 step 8 */
+  const chord_indexed_weight_t* weight;
+  const int32_t* sorted_token_ids; /* [sorted_token_ids_capacity]: route ids, padding >= num_tokens*top_k */
+  int64_t sorted_token_ids_capacity;
+  const int32_t* expert_ids; /* [expert_ids_capacity]: one per block, -1 = not on this GPU (skipped) */
+  int64_t expert_ids_capacity;
+  const int32_t* num_tokens_post_padded; /* [1] on the device; never read by the host unless validating */
+  int32_t validate; /* 1: read the routing back and check it first (synchronizes; not while capturing) */
+  void* out;        /* [num_tokens*top_k, N] BF16: row r = a[r / top_k] @ W[expert of r's block]^T; rows of
+                       routes in no live block are not written */
+} chord_indexed_args_t;
+
+/* One projection over vLLM's routing: gate_up with top_k = topk on [M, K], down with top_k = 1 on the
+ * [M*topk, I] activations, then chord_moe_combine. Graph-capturable when validate = 0. */
+CHORD_API chord_status_t chord_indexed_gemm(const chord_indexed_args_t* args, CUstream stream);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -121,4 +121,14 @@ CHORD_API void grouped_contiguous(const void* a, int64_t m, const chord_grouped_
 CHORD_API void grouped_masked(const void* a, int32_t max_m, const chord_grouped_weight_t* weight,
                               const int32_t* masked_m, int32_t expected_m, void* out, CUstream stream);
 
+// ---- W4A16 indexed MoE GEMMs ------------------------------------------------------------------------
+// As the chord_indexed_* functions (same structs); errors are thrown as chordrt::Error.
+
+CHORD_API void indexed_weight_sizes(int32_t layout, int32_t num_experts, int32_t n, int32_t k, size_t* packed_bytes,
+                                    size_t* scale_bytes);
+CHORD_API chord_indexed_weight_t indexed_pack(const chord_indexed_pack_args_t& args, CUstream stream);
+CHORD_API int32_t indexed_block_m(int32_t layout, int32_t num_experts, int32_t n, int32_t k, int64_t routed_rows,
+                                  int32_t profile = CHORD_INDEXED_PROFILE_AUTO);
+CHORD_API void indexed_gemm(const chord_indexed_args_t& args, CUstream stream);
+
 }  // namespace chordrt

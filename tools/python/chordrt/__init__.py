@@ -7,6 +7,8 @@
     sorted_ids, expert_ids, n = chordrt.moe_align(topk_ids, num_experts=384, block_size=64)  # torch
     w = chordrt.grouped_pack(weight_packed, weight_scale, chordrt.GroupedMode.MASKED)        # W4A16 MoE
     out = chordrt.grouped_masked(a, w, masked_m, expected_m=16)
+    w = chordrt.indexed_pack(weight_packed, weight_scale, chordrt.IndexedLayout.MMA)          # vLLM routing
+    out = chordrt.indexed_gemm(a, w, sorted_ids, expert_ids, n, top_k=8, block_m=16)
 
 The shared library is found through $CHORDRT_LIBRARY, else the repository's build trees
 (<repo>/build*/libchordrt.so, newest first), else ctypes.util.find_library("chordrt"); it is loaded on
@@ -32,6 +34,7 @@ from ._api import (
     warp_decode_moe,
     warp_decode_moe_workspace_size,
 )
+from ._indexed import IndexedPackedWeight, indexed_block_m, indexed_gemm, indexed_pack, indexed_weight_sizes
 from ._lib import (
     ABI_VERSION,
     ENV_LIBRARY,
@@ -41,6 +44,11 @@ from ._lib import (
     GroupedMode,
     GroupedPackArgs,
     GroupedWeight,
+    IndexedArgs,
+    IndexedLayout,
+    IndexedPackArgs,
+    IndexedProfile,
+    IndexedWeight,
     LibraryNotFoundError,
     MoeAlignOptions,
     MoeCombineOptions,
@@ -66,6 +74,12 @@ __all__ = [
     "GroupedPackArgs",
     "GroupedPackedWeight",
     "GroupedWeight",
+    "IndexedArgs",
+    "IndexedLayout",
+    "IndexedPackArgs",
+    "IndexedPackedWeight",
+    "IndexedProfile",
+    "IndexedWeight",
     "LibraryNotFoundError",
     "MoeAlignOptions",
     "MoeCombineOptions",
@@ -79,6 +93,10 @@ __all__ = [
     "grouped_masked",
     "grouped_pack",
     "grouped_weight_sizes",
+    "indexed_block_m",
+    "indexed_gemm",
+    "indexed_pack",
+    "indexed_weight_sizes",
     "last_error",
     "lib",
     "library_candidates",

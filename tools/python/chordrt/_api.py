@@ -710,6 +710,81 @@ def grouped_weight_sizes(mode, num_experts: int, n: int, k: int) -> Tuple[int, i
     return int(packed_bytes.value), int(scale_bytes.value)
 
 
+class _PackSpec:
+    """What differs between the W4A16 families' packers: the kind field of the args ("mode", "layout"),
+    the ctypes structs, the C function, the sizes query and the wrapper class returned."""
+
+    def __init__(self, kind_field, args_cls, weight_cls, c_function, sizes, wrapper):
+        self.kind_field, self.args_cls, self.weight_cls = kind_field, args_cls, weight_cls
+        self.c_function, self.sizes, self.wrapper = c_function, sizes, wrapper
+
+
+def _pack_checkpoint(op, spec: _PackSpec, kind, weight_packed, weight_scale, stream, bits, group_size, symmetric,
+                     scale_is_bf16, packed, scale, num_experts, n, k, packed_bytes, scale_bytes):
+    scheme = (
+        _check_int(bits, op, "bits"),
+        _check_int(group_size, op, "group_size"),
+        _flag(symmetric, op, "symmetric"),
+        _flag(scale_is_bf16, op, "scale_is_bf16"),
+    )
+    torch = _torch_module_of(weight_packed, weight_scale, packed, scale)
+    if torch is None:
+        args = spec.args_cls(
+            num_experts=_size(num_experts, op, "num_experts"),
+            n=_size(n, op, "n"),
+            k=_size(k, op, "k"),
+            bits=scheme[0],
+            group_size=scheme[1],
+            symmetric=scheme[2],
+            scale_is_bf16=scheme[3],
+            weight_packed=_address(weight_packed, op, "weight_packed"),
+            weight_scale=_address(weight_scale, op, "weight_scale"),
+            packed=_address(packed, op, "packed"),
+            packed_bytes=_size(packed_bytes, op, "packed_bytes"),
+            scale=_address(scale, op, "scale"),
+            scale_bytes=_size(scale_bytes, op, "scale_bytes"),
+        )
+        setattr(args, spec.kind_field, int(kind))
+        weight = spec.weight_cls()
+        check(getattr(lib(), spec.c_function)(ctypes.byref(args), ctypes.byref(weight), _raw_stream(stream)))
+        return spec.wrapper(weight, packed, scale)
+
+    call = _TorchCall(torch, op, stream)
+    supported = scheme == _GROUPED_SCHEME
+    call.tensor(weight_packed, "weight_packed", torch.int32, ndim=3)
+    e, rows, words = weight_packed.shape
+    kk = words * 8 if k is None else _check_int(k, op, "k")
+    for name, given, actual in (("num_experts", num_experts, e), ("n", n, rows)):
+        if given is not None and given != actual:
+            raise _invalid(op, f"{name}={given} disagrees with weight_packed of shape {tuple(weight_packed.shape)}")
+    if supported:
+        if kk != words * 8:
+            raise _invalid(op, f"k={kk} disagrees with weight_packed of shape {tuple(weight_packed.shape)} (int32 "
+                               f"[E, N, K/8])")
+        if kk % 32 != 0:
+            raise _invalid(op, f"K must be a multiple of the group size 32, got weight_packed of shape "
+                               f"{tuple(weight_packed.shape)} (K = {kk})")
+        call.tensor(weight_scale, "weight_scale", torch.bfloat16, shape=(e, rows, kk // 32))
+    else:  # the library rejects the scheme: only the basics are checked here
+        call.tensor(weight_scale, "weight_scale", getattr(weight_scale, "dtype", None), ndim=3)
+    need_packed, need_scale = spec.sizes(kind, e, rows, kk)
+    if packed is None:
+        packed = torch.empty(need_packed, dtype=torch.uint8, device=call.device)
+    call.tensor(packed, "packed", torch.uint8, min_numel=need_packed)
+    if scale is None:
+        scale = torch.empty(-(-need_scale // 2), dtype=torch.bfloat16, device=call.device)
+    call.tensor(scale, "scale", torch.bfloat16, min_numel=-(-need_scale // 2))
+    for name, given, actual in (("packed_bytes", packed_bytes, packed.numel()),
+                                ("scale_bytes", scale_bytes, 2 * scale.numel())):
+        if given is not None and given != actual:
+            raise _invalid(op, f"{name}={given} disagrees with the tensor's {actual} bytes")
+    with call.guard():
+        raw = _pack_checkpoint(op, spec, kind, weight_packed.data_ptr(), weight_scale.data_ptr(), call.stream(),
+                               scheme[0], scheme[1], scheme[2], scheme[3], packed.data_ptr(), scale.data_ptr(), e,
+                               rows, kk, packed.numel(), 2 * scale.numel())
+    return spec.wrapper(raw.struct, packed, scale)
+
+
 def grouped_pack(
     weight_packed,
     weight_scale,
@@ -740,84 +815,11 @@ def grouped_pack(
     layout checks here apply to the default scheme only).
     Raw pointers: num_experts, n, k, packed, packed_bytes, scale and scale_bytes must be given.
     """
-    op = "grouped_pack"
-    mode = _grouped_mode(mode)
-    scheme = (
-        _check_int(bits, op, "bits"),
-        _check_int(group_size, op, "group_size"),
-        _flag(symmetric, op, "symmetric"),
-        _flag(scale_is_bf16, op, "scale_is_bf16"),
-    )
-    torch = _torch_module_of(weight_packed, weight_scale, packed, scale)
-    if torch is None:
-        args = GroupedPackArgs(
-            mode=int(mode),
-            num_experts=_size(num_experts, op, "num_experts"),
-            n=_size(n, op, "n"),
-            k=_size(k, op, "k"),
-            bits=scheme[0],
-            group_size=scheme[1],
-            symmetric=scheme[2],
-            scale_is_bf16=scheme[3],
-            weight_packed=_address(weight_packed, op, "weight_packed"),
-            weight_scale=_address(weight_scale, op, "weight_scale"),
-            packed=_address(packed, op, "packed"),
-            packed_bytes=_size(packed_bytes, op, "packed_bytes"),
-            scale=_address(scale, op, "scale"),
-            scale_bytes=_size(scale_bytes, op, "scale_bytes"),
-        )
-        weight = GroupedWeight()
-        check(lib().chord_grouped_pack(ctypes.byref(args), ctypes.byref(weight), _raw_stream(stream)))
-        return GroupedPackedWeight(weight, packed, scale)
-
-    call = _TorchCall(torch, op, stream)
-    supported = scheme == _GROUPED_SCHEME
-    call.tensor(weight_packed, "weight_packed", torch.int32, ndim=3)
-    e, rows, words = weight_packed.shape
-    kk = words * 8 if k is None else _check_int(k, op, "k")
-    for name, given, actual in (("num_experts", num_experts, e), ("n", n, rows)):
-        if given is not None and given != actual:
-            raise _invalid(op, f"{name}={given} disagrees with weight_packed of shape {tuple(weight_packed.shape)}")
-    if supported:
-        if kk != words * 8:
-            raise _invalid(op, f"k={kk} disagrees with weight_packed of shape {tuple(weight_packed.shape)} (int32 "
-                               f"[E, N, K/8])")
-        if kk % 32 != 0:
-            raise _invalid(op, f"K must be a multiple of the group size 32, got weight_packed of shape "
-                               f"{tuple(weight_packed.shape)} (K = {kk})")
-        call.tensor(weight_scale, "weight_scale", torch.bfloat16, shape=(e, rows, kk // 32))
-    else:  # the library rejects the scheme: only the basics are checked here
-        call.tensor(weight_scale, "weight_scale", getattr(weight_scale, "dtype", None), ndim=3)
-    need_packed, need_scale = grouped_weight_sizes(mode, e, rows, kk)
-    if packed is None:
-        packed = torch.empty(need_packed, dtype=torch.uint8, device=call.device)
-    call.tensor(packed, "packed", torch.uint8, min_numel=need_packed)
-    if scale is None:
-        scale = torch.empty(-(-need_scale // 2), dtype=torch.bfloat16, device=call.device)
-    call.tensor(scale, "scale", torch.bfloat16, min_numel=-(-need_scale // 2))
-    for name, given, actual in (("packed_bytes", packed_bytes, packed.numel()),
-                                ("scale_bytes", scale_bytes, 2 * scale.numel())):
-        if given is not None and given != actual:
-            raise _invalid(op, f"{name}={given} disagrees with the tensor's {actual} bytes")
-    with call.guard():
-        raw = grouped_pack(
-            weight_packed.data_ptr(),
-            weight_scale.data_ptr(),
-            mode,
-            call.stream(),
-            bits=scheme[0],
-            group_size=scheme[1],
-            symmetric=scheme[2],
-            scale_is_bf16=scheme[3],
-            packed=packed.data_ptr(),
-            scale=scale.data_ptr(),
-            num_experts=e,
-            n=rows,
-            k=kk,
-            packed_bytes=packed.numel(),
-            scale_bytes=2 * scale.numel(),
-        )
-    return GroupedPackedWeight(raw.struct, packed, scale)
+    spec = _PackSpec("mode", GroupedPackArgs, GroupedWeight, "chord_grouped_pack", grouped_weight_sizes,
+                     GroupedPackedWeight)
+    return _pack_checkpoint("grouped_pack", spec, _grouped_mode(mode), weight_packed, weight_scale, stream, bits,
+                            group_size, symmetric, scale_is_bf16, packed, scale, num_experts, n, k, packed_bytes,
+                            scale_bytes)
 
 
 def _grouped_struct(weight, op: str) -> GroupedWeight:

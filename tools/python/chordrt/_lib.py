@@ -221,6 +221,78 @@ class GroupedPackArgs(_SizedStruct):
     ]
 
 
+class IndexedLayout(enum.IntEnum):
+    """chord_indexed_layout_t."""
+
+    WGMMA = 0  # prefill / mixed: the WGMMA kernel
+    MMA = 1  # decode: the mma.sync swap-AB kernel, block_m 8..32
+
+
+class IndexedProfile(enum.IntEnum):
+    """chord_indexed_profile_t."""
+
+    AUTO = 0
+    EP = 1
+    TP = 2
+
+
+class IndexedWeight(_SizedStruct):
+    """chord_indexed_weight_t: a weight packed for one indexed layout (filled by chord_indexed_pack)."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("layout", ctypes.c_int32),  # a chord_indexed_layout_t
+        ("num_experts", ctypes.c_int32),
+        ("n", ctypes.c_int32),
+        ("k", ctypes.c_int32),
+        ("packed", ctypes.c_void_p),
+        ("scale", ctypes.c_void_p),
+        ("tag", ctypes.c_uint64),
+    ]
+
+
+class IndexedPackArgs(_SizedStruct):
+    """chord_indexed_pack_args_t (pointer fields are raw device addresses)."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("layout", ctypes.c_int32),  # a chord_indexed_layout_t
+        ("num_experts", ctypes.c_int32),
+        ("n", ctypes.c_int32),
+        ("k", ctypes.c_int32),
+        ("bits", ctypes.c_int32),
+        ("group_size", ctypes.c_int32),
+        ("symmetric", ctypes.c_int32),
+        ("scale_is_bf16", ctypes.c_int32),
+        ("weight_packed", ctypes.c_void_p),
+        ("weight_scale", ctypes.c_void_p),
+        ("packed", ctypes.c_void_p),
+        ("packed_bytes", ctypes.c_size_t),
+        ("scale", ctypes.c_void_p),
+        ("scale_bytes", ctypes.c_size_t),
+    ]
+
+
+class IndexedArgs(_SizedStruct):
+    """chord_indexed_args_t (pointer fields are raw device addresses)."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("a", ctypes.c_void_p),
+        ("num_tokens", ctypes.c_int64),
+        ("top_k", ctypes.c_int32),
+        ("block_m", ctypes.c_int32),
+        ("weight", ctypes.POINTER(IndexedWeight)),
+        ("sorted_token_ids", ctypes.c_void_p),
+        ("sorted_token_ids_capacity", ctypes.c_int64),
+        ("expert_ids", ctypes.c_void_p),
+        ("expert_ids_capacity", ctypes.c_int64),
+        ("num_tokens_post_padded", ctypes.c_void_p),
+        ("validate", ctypes.c_int32),
+        ("out", ctypes.c_void_p),
+    ]
+
+
 #: Every struct of chordrt.h: C name -> ctypes mirror.
 STRUCTS = {
     "chord_runtime_info_t": RuntimeInfo,
@@ -230,6 +302,9 @@ STRUCTS = {
     "chord_warp_decode_moe_args_t": WarpDecodeMoeArgs,
     "chord_grouped_weight_t": GroupedWeight,
     "chord_grouped_pack_args_t": GroupedPackArgs,
+    "chord_indexed_weight_t": IndexedWeight,
+    "chord_indexed_pack_args_t": IndexedPackArgs,
+    "chord_indexed_args_t": IndexedArgs,
 }
 
 # ---- function declarations -------------------------------------------------------------------------
@@ -330,6 +405,34 @@ FUNCTIONS = {
             _ptr,  # CUstream
         ],
     ),
+    "chord_indexed_weight_sizes": (
+        _status_t,
+        [
+            ctypes.c_int32,  # layout
+            ctypes.c_int32,  # num_experts
+            ctypes.c_int32,  # n
+            ctypes.c_int32,  # k
+            ctypes.POINTER(ctypes.c_size_t),  # size_t* packed_bytes
+            ctypes.POINTER(ctypes.c_size_t),  # size_t* scale_bytes
+        ],
+    ),
+    "chord_indexed_pack": (
+        _status_t,
+        [ctypes.POINTER(IndexedPackArgs), ctypes.POINTER(IndexedWeight), _ptr],  # args, weight (out), CUstream
+    ),
+    "chord_indexed_block_m": (
+        _status_t,
+        [
+            ctypes.c_int32,  # layout
+            ctypes.c_int32,  # num_experts
+            ctypes.c_int32,  # n
+            ctypes.c_int32,  # k
+            ctypes.c_int64,  # routed_rows
+            ctypes.c_int32,  # profile
+            ctypes.POINTER(ctypes.c_int32),  # int32_t* block_m
+        ],
+    ),
+    "chord_indexed_gemm": (_status_t, [ctypes.POINTER(IndexedArgs), _ptr]),  # args, CUstream
 }
 
 # ---- finding and loading the library ---------------------------------------------------------------

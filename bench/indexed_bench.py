@@ -1,0 +1,379 @@
+#!/usr/bin/env python3
+"""W4A16 indexed MoE GEMMs (vLLM routing): chordrt vs torch._grouped_mm on BF16 weights, against same-run ceilings.
+
+Kimi K2 (384 experts, top-8), both projections, three cases:
+  EP8 prefill: 48 local experts (expert map, rank 0), T tokens in the step (about T routes land locally),
+               gate_up N=4096 K=7168, down N=7168 K=2048, IndexedLayout.WGMMA;
+  TP8 prefill: all 384 experts, gate_up N=512 K=7168, down N=7168 K=256 (8T routes), WGMMA;
+  EP8 decode:  20 / 50 tokens routed over 48 experts without a map (160 / 400 routes), IndexedLayout.MMA.
+Per point: routing = chordrt.moe_align(topk_ids, block_size=indexed_block_m(layout, experts, N, K, routes
+expected locally)); gate_up runs on a [T, K] with top_k 8, down on a [8T, K] with the same routing and
+top_k 1. Median µs over CUDA-graph replays that rotate input sets (activations, routing, outputs) and
+weight sets (disjoint expert slices of a generated pool, so the weights stream from HBM, not L2);
+TFLOP/s = 2 * local routes * N * K; bytes = packed weights (N*K/2) and scales (N*K/16) of the touched
+experts + distinct activation rows read + output rows written (local routes only), both averaged over
+the input sets; fractions of the same run's dense BF16 GEMM rate and streaming-read bandwidth; block_m
+and the blocks moe_align produced (live: expert id >= 0) next to the heuristic's expected count.
+Baseline on the same weights dequantized to BF16, same process, graph-captured: torch._grouped_mm over
+the local routes grouped by expert (the permuted activation matrix and offs are built outside the graph:
+only the grouped GEMM is timed). Accuracy: relative Frobenius error / cosine vs an FP32 reference on the
+first set, over the written rows (at most ACCURACY_ROWS routes, spread over the experts), for chordrt and
+for the baseline. Every point carries the issue's target (pass / miss).
+Usage: indexed_bench.py [--json FILE | --out FILE] [--quick] [--cases EP8/prefill,TP8/prefill,EP8/decode]
+                        [--projections gate_up,down] [--tokens 1024,...] [--decode-tokens 20,50] [--budget-s S]
+       indexed_bench.py --profile "EP8,gate_up,prefill,2048"   (a few untimed calls, for ncu)
+Without --json / --out the result goes to bench/results/indexed_bench-<device>-<date><letter>.json.
+"""
+import argparse
+import json
+import math
+import pathlib
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+
+import torch
+
+try:
+    import chordrt
+except ImportError:  # run from a checkout without PYTHONPATH=tools/python
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tools" / "python"))
+    import chordrt
+from bench_common import ceilings, graph_time_us, sets_for
+from chordrt import moe_reference as mr
+from grouped_bench import checkpoint_pool, dequant_bf16, device_tag, int_list  # same checkpoint format
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+TOP_K = 8
+PREFILL_TOKENS = (1024, 2048, 4096, 8192, 16384)
+DECODE_TOKENS = (20, 50)
+INPUT_SETS = 3  # at least; rounded up to a multiple of the weight sets
+ACCURACY_ROWS = 8192  # routes checked against the FP32 reference (the largest points have 131072)
+BASELINE = "torch._grouped_mm"
+BASELINE_TIMING = ("torch._grouped_mm alone, on the local routes' activation rows gathered by expert and offs = "
+                   "cumulative routes per expert; the gather and the offs are built outside the timed graph and "
+                   "the result is left in expert order (no scatter back to route order)")
+
+
+@dataclass(frozen=True)
+class Case:
+    parallel: str  # "EP8" / "TP8"
+    phase: str  # "prefill" / "decode"
+    experts: int  # on this GPU
+    global_experts: int  # moe_align's num_experts
+    expert_map: bool  # global -> local map of rank 0 (non-local routes are skipped)
+    layout: str  # chordrt.IndexedLayout member name (the binding takes names)
+    shapes: dict  # projection -> (N, K)
+
+    @property
+    def key(self):
+        return f"{self.parallel}/{self.phase}"
+
+
+EP_SHAPES = {"gate_up": (4096, 7168), "down": (7168, 2048)}
+TP_SHAPES = {"gate_up": (512, 7168), "down": (7168, 256)}
+CASES = (
+    Case("EP8", "prefill", 48, 384, True, "WGMMA", EP_SHAPES),
+    Case("TP8", "prefill", 384, 384, False, "WGMMA", TP_SHAPES),
+    # 160 / 400 routes uniformly over the 48 experts: 48 global experts, no map
+    Case("EP8", "decode", 48, 48, False, "MMA", EP_SHAPES),
+)
+# The issue's targets (µs): "case/projection" -> {tokens in the step: µs}
+TARGETS = {
+    "EP8/prefill/gate_up": {1024: 285, 2048: 345, 4096: 490, 8192: 900, 16384: 1570},
+    "EP8/prefill/down": {1024: 148, 2048: 185, 4096: 265, 8192: 480, 16384: 845},
+    "TP8/prefill/gate_up": {1024: 286, 2048: 373, 4096: 510, 8192: 910, 16384: 1660},
+    "TP8/prefill/down": {1024: 206, 2048: 294, 4096: 420, 8192: 760, 16384: 1550},
+    "EP8/decode/gate_up": {20: 192, 50: 207},
+    "EP8/decode/down": {20: 96, 50: 104},
+}
+
+
+def expected_blocks(experts, routed_rows, block_m):
+    """heuristics::expected_indexed_blocks: experts * E[ceil(Binomial(routed_rows, 1/experts) / block_m)],
+    the count indexed_block_m optimizes (here to set next to the blocks moe_align actually produced)."""
+    if routed_rows <= 0:
+        return 0.0
+    if experts == 1:
+        return float(-(-routed_rows // block_m))
+    p = 1.0 / experts
+    mean, sigma = routed_rows * p, math.sqrt(routed_rows * p * (1 - p))
+    lo, hi = max(0, int(mean - 12 * sigma)), min(routed_rows, int(mean + 12 * sigma) + 16)
+    log_n, log_p, log_q = math.lgamma(routed_rows + 1), math.log(p), math.log1p(-p)
+    blocks = sum(math.exp(log_n - math.lgamma(c + 1) - math.lgamma(routed_rows - c + 1) + c * log_p +
+                          (routed_rows - c) * log_q) * -(-c // block_m) for c in range(lo, hi + 1))
+    return experts * blocks
+
+
+def weight_bytes_per_expert(n, k):
+    return n * k // 2 + n * (k // 32) * 2
+
+
+class RouteSet:
+    """One input set: activations, the routing moe_align built for them, the output, and the local routes
+    grouped by expert (ascending route id within an expert, as moe_align orders them)."""
+
+    def __init__(self, case, tokens, call_top_k, n, k, block_m, emap, seed):
+        dev = torch.device("cuda")
+        ids, _ = mr.random_routing(torch, tokens, TOP_K, case.global_experts, dev, seed=seed)
+        self.sorted_ids, self.expert_ids, self.post = chordrt.moe_align(
+            ids, num_experts=case.global_experts, block_size=block_m, expert_map=emap)
+        local = (emap.long()[ids.long()] if emap is not None else ids.long()).reshape(-1)
+        routes = torch.nonzero(local >= 0).flatten()
+        self.route_experts, order = torch.sort(local[routes], stable=True)
+        self.routes = routes[order]
+        self.rows = self.routes // call_top_k  # the row of a each route reads
+        counts = torch.bincount(self.route_experts, minlength=case.experts)
+        self.offs = torch.cumsum(counts, 0, dtype=torch.int32)
+        # gate_up: a = the step's tokens; down: a = one row per route (M * top_k rows, read with top_k 1)
+        self.a = torch.randn((tokens * TOP_K // call_top_k, k), dtype=torch.bfloat16, device=dev)
+        self.out = torch.empty((tokens * TOP_K, n), dtype=torch.bfloat16, device=dev)
+        used = int(self.post.item()) // block_m  # blocks the routing holds, non-local experts' included
+        live = int((self.expert_ids[:used] >= 0).sum().item())
+        self.local_routes = self.routes.numel()
+        self.touched_experts = int((counts > 0).sum().item())
+        self.distinct_rows = torch.unique(self.rows).numel()
+        self.live_blocks, self.nonlocal_blocks = live, used - live
+
+
+class Point:
+    """The input sets of one (case, projection, tokens) point, their calls and their byte / flop counts."""
+
+    def __init__(self, case, proj, tokens, n_sets):
+        n, k = case.shapes[proj]
+        self.n, self.k = n, k
+        self.top_k = TOP_K if proj == "gate_up" else 1
+        # Routes expected on this GPU's experts: what a server knows before routing
+        self.routed_rows = tokens * TOP_K * case.experts // case.global_experts
+        self.block_m = chordrt.indexed_block_m(case.layout, case.experts, n, k, self.routed_rows)
+        emap = (mr.contiguous_expert_map(torch, case.global_experts, case.experts, 0, torch.device("cuda"))
+                if case.expert_map else None)
+        # Seed s for every point: both projections of a step see the same routing
+        self.sets = [RouteSet(case, tokens, self.top_k, n, k, self.block_m, emap, seed=s) for s in range(n_sets)]
+        per_set = [s.touched_experts * weight_bytes_per_expert(n, k) + s.distinct_rows * k * 2 +
+                   s.local_routes * n * 2 for s in self.sets]
+        self.bytes = statistics.mean(per_set)
+        self.local_routes = statistics.mean(s.local_routes for s in self.sets)
+        self.flops = 2 * self.local_routes * n * k
+
+    def mean(self, attr):
+        return statistics.mean(getattr(s, attr) for s in self.sets)
+
+    def chord_call(self, i, weight):
+        s = self.sets[i]
+        return lambda: chordrt.indexed_gemm(s.a, weight, s.sorted_ids, s.expert_ids, s.post, self.top_k,
+                                            self.block_m, out=s.out)
+
+
+def accuracy_picks(s):
+    """Positions (in expert order) of at most ACCURACY_ROWS routes of set s, evenly spread over all experts."""
+    step = max(1, -(-s.local_routes // ACCURACY_ROWS))
+    return torch.arange(0, s.local_routes, step, device=s.routes.device)
+
+
+def reference(s, picks, words, scale, n):
+    """float32 a[row] @ dequant(W_e)^T of the picked routes (in expert order), TF32 off."""
+    old = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        want = torch.empty((picks.numel(), n), dtype=torch.float32, device=picks.device)
+        experts, counts = torch.unique_consecutive(s.route_experts[picks], return_counts=True)
+        start = 0
+        for e, c in zip(experts.tolist(), counts.tolist()):
+            w = mr.dequantize(torch, "int4", words[e], scale[e], torch.float32)
+            want[start:start + c] = s.a[s.rows[picks[start:start + c]]].float() @ w.T
+            start += c
+        return want
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old
+
+
+def grouped_mm(a_perm, w_bf16, offs):
+    return torch._grouped_mm(a_perm, w_bf16.transpose(-2, -1), offs=offs)  # b [E, K, N] with K contiguous
+
+
+def baseline_available(a_perm, w_bf16, offs):
+    """Whether this torch build can run the baseline (a probe call, so it does not fail mid-capture)."""
+    if not hasattr(torch, "_grouped_mm"):
+        print(f"{BASELINE} unavailable in torch {torch.__version__}", flush=True)
+        return False
+    try:
+        grouped_mm(a_perm, w_bf16, offs)
+        torch.cuda.synchronize()
+        return True
+    except (RuntimeError, TypeError) as err:
+        print(f"{BASELINE} baseline unavailable: {err}", flush=True)
+        return False
+
+
+def weight_sets_for(experts, n, k, quick):
+    return max(1 if quick else 2, sets_for(experts * weight_bytes_per_expert(n, k), limit=4))
+
+
+def bench_point(case, proj, tokens, packed, wsets, bf16, n_isets, ceil, replays, rounds):
+    n_wsets = len(wsets)
+    point = Point(case, proj, tokens, n_isets)
+    torch.cuda.synchronize()
+    us = graph_time_us([point.chord_call(i, packed[i % n_wsets]) for i in range(n_isets)], replays, rounds)
+    target = TARGETS.get(f"{case.key}/{proj}", {}).get(tokens)
+    row = {
+        "case": case.key, "parallel": case.parallel, "phase": case.phase, "layout": case.layout,
+        "experts": case.experts, "global_experts": case.global_experts, "expert_map": case.expert_map,
+        "projection": proj, "n": point.n, "k": point.k, "tokens": tokens, "top_k": point.top_k,
+        "a_rows": point.sets[0].a.shape[0], "routed_rows": point.routed_rows, "local_routes": point.local_routes,
+        "touched_experts": point.mean("touched_experts"), "block_m": point.block_m,
+        "expected_blocks": expected_blocks(case.experts, point.routed_rows, point.block_m),
+        "actual_blocks": point.mean("live_blocks"), "nonlocal_blocks": point.mean("nonlocal_blocks"),
+        "weight_sets": n_wsets, "input_sets": n_isets, "bytes": point.bytes, "flops": point.flops,
+        "chordrt_us": us, "chordrt_tflops": point.flops / us / 1e6, "chordrt_tbps": point.bytes / us / 1e6,
+        "target_us": target, "target_met": None if target is None else us <= target,
+    }
+    row["block_fill"] = point.local_routes / (row["actual_blocks"] * point.block_m)  # routes / padded slots
+    row["fraction_of_dense_bf16"] = row["chordrt_tflops"] / ceil["dense_bf16_tflops"]
+    row["fraction_of_stream_read"] = row["chordrt_tbps"] / ceil["stream_read_tbps"]
+    # accuracy on the first set (weights of set 0), written rows only
+    s0 = point.sets[0]
+    s0.out.fill_(float("nan"))
+    point.chord_call(0, packed[0])()
+    picks = accuracy_picks(s0)
+    want = reference(s0, picks, wsets[0][0], wsets[0][1], point.n)
+    row["accuracy_rows"] = picks.numel()
+    row["chordrt_error"] = mr.error_stats(torch, s0.out[s0.routes[picks]].float(), want)
+    if bf16 is not None:
+        a_perm = [s.a[s.rows] for s in point.sets]
+        if baseline_available(a_perm[0], bf16[0], s0.offs):
+            row["baseline"] = BASELINE
+            row["baseline_us"] = graph_time_us(
+                [lambda i=i: grouped_mm(a_perm[i], bf16[i % n_wsets], point.sets[i].offs) for i in range(n_isets)],
+                replays, rounds)
+            row["speedup_vs_baseline"] = row["baseline_us"] / us
+            row["baseline_error"] = mr.error_stats(torch, grouped_mm(a_perm[0], bf16[0], s0.offs)[picks].float(),
+                                                   want)
+    verdict = "-" if target is None else ("pass" if row["target_met"] else "MISS")
+    print(f"{case.parallel} {case.phase:<7} {proj:<7} {tokens:>5} tok bm {point.block_m:>3} "
+          f"blocks {row['actual_blocks']:7.1f}/{row['expected_blocks']:7.1f} {us:8.1f} us "
+          f"{row['chordrt_tflops']:6.1f} TFLOP/s ({100 * row['fraction_of_dense_bf16']:3.0f}% dense) "
+          f"{row['chordrt_tbps']:5.2f} TB/s ({100 * row['fraction_of_stream_read']:3.0f}% read)  "
+          f"{row.get('baseline', 'baseline')} {row.get('baseline_us', float('nan')):8.1f} us "
+          f"x{row.get('speedup_vs_baseline', float('nan')):5.2f}  target "
+          f"{'-' if target is None else f'<= {target}'} {verdict}  "
+          f"err {row['chordrt_error']['rel_err']:.2e}", flush=True)
+    return row
+
+
+def bench_group(case, proj, tokens_list, ceil, args, deadline, skipped):
+    """All points of one (case, projection): a weight pool generated for them, packed, and its BF16 copy."""
+    n, k = case.shapes[proj]
+    n_wsets = weight_sets_for(case.experts, n, k, args.quick)
+    n_isets = -(-max(INPUT_SETS, n_wsets) // n_wsets) * n_wsets
+    words, scale = checkpoint_pool(n, k, case.experts * n_wsets, seed=1 + n + k)
+    e = case.experts
+    wsets = [(words[s * e:(s + 1) * e], scale[s * e:(s + 1) * e]) for s in range(n_wsets)]
+    packed = [chordrt.indexed_pack(w, s, case.layout) for w, s in wsets]
+    bf16 = None if args.no_baseline else [dequant_bf16(w, s) for w, s in wsets]
+    torch.cuda.synchronize()
+    replays, rounds = (20, 5) if args.quick else (30, 7)
+    rows = []
+    for tokens in tokens_list:
+        label = f"{case.parallel} {proj} {case.phase} {tokens}"
+        if deadline is not None and time.monotonic() > deadline:
+            skipped.append(label)
+            continue
+        rows.append(bench_point(case, proj, tokens, packed, wsets, bf16, n_isets, ceil, replays, rounds))
+        torch.cuda.empty_cache()  # the next point's sets (up to ~10 GB at 16384 tokens) start from a clean pool
+    return rows
+
+
+def find_case(parallel, phase):
+    for case in CASES:
+        if case.parallel == parallel.upper() and case.phase == phase:
+            return case
+    raise SystemExit(f"no case {parallel}/{phase} (have {', '.join(c.key for c in CASES)})")
+
+
+def profile(spec):
+    parallel, proj, phase, tokens = spec.split(",")
+    case = find_case(parallel, phase)
+    n, k = case.shapes[proj]
+    words, scale = checkpoint_pool(n, k, case.experts, seed=1 + n + k)
+    w = chordrt.indexed_pack(words, scale, case.layout)
+    point = Point(case, proj, int(tokens), 1)
+    for _ in range(6):
+        point.chord_call(0, w)()
+    torch.cuda.synchronize()
+
+
+def default_out():
+    results = ROOT / "bench" / "results"
+    stem = f"indexed_bench-{device_tag()}-{time.strftime('%Y%m%d')}"
+    for letter in "abcdefghijklmnopqrstuvwxyz":
+        path = results / f"{stem}{letter}.json"
+        if not path.exists():
+            return path
+    return results / f"{stem}-{int(time.time())}.json"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--json", "--out", dest="out", help="result file (default: bench/results/indexed_bench-...)")
+    ap.add_argument("--profile", help="EPx|TPx,PROJECTION,PHASE,TOKENS: run that case a few times, untimed")
+    ap.add_argument("--quick", action="store_true", help="fewer replays, one weight set")
+    ap.add_argument("--cases", default=",".join(c.key for c in CASES), help="comma-separated subset of cases")
+    ap.add_argument("--projections", default="gate_up,down", help="comma-separated subset of gate_up,down")
+    ap.add_argument("--tokens", default=",".join(map(str, PREFILL_TOKENS)), help="prefill tokens in the step")
+    ap.add_argument("--decode-tokens", default=",".join(map(str, DECODE_TOKENS)), help="decode tokens per GPU")
+    ap.add_argument("--budget-s", type=float, default=200,
+                    help="wall-clock budget in seconds (0 = none): points past it are skipped and listed")
+    ap.add_argument("--no-baseline", action="store_true", help="skip the PyTorch baseline")
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    if args.profile:
+        return profile(args.profile)
+    start = time.monotonic()
+    deadline = start + args.budget_s if args.budget_s > 0 else None
+    by_key = {c.key: c for c in CASES}
+    cases = [c for c in args.cases.split(",") if c]
+    projections = [p for p in args.projections.split(",") if p]
+    for c in cases:
+        if c not in by_key:
+            ap.error(f"unknown case {c!r} ({', '.join(by_key)})")
+    for p in projections:
+        if p not in EP_SHAPES:
+            ap.error(f"unknown projection {p!r} (gate_up, down)")
+    tokens_for = {"prefill": int_list(args.tokens), "decode": int_list(args.decode_tokens)}
+    out_path = pathlib.Path(args.out) if args.out else default_out()
+    ceil = ceilings()
+    print(f"ceilings: copy {ceil['copy_tbps']:.2f} TB/s, stream read {ceil['stream_read_tbps']:.2f} TB/s, "
+          f"dense BF16 {ceil['dense_bf16_tflops']:.0f} TFLOP/s", flush=True)
+    rows, skipped = [], []
+    for key in cases:
+        case = by_key[key]
+        for proj in projections:
+            if deadline is not None and time.monotonic() > deadline:
+                skipped.append(f"{case.parallel} {proj} {case.phase} (all points)")
+                continue
+            rows += bench_group(case, proj, tokens_for[case.phase], ceil, args, deadline, skipped)
+            torch.cuda.empty_cache()  # the group's pool, packed weights and BF16 copies are gone
+    targeted = [r for r in rows if r["target_us"] is not None]
+    met = sum(r["target_met"] for r in targeted)
+    print(f"targets: {met}/{len(targeted)} met" + (f"; skipped (budget): {', '.join(skipped)}" if skipped else ""))
+    result = {
+        "device": torch.cuda.get_device_name(),
+        "ceilings": ceil,
+        "args": {k: v for k, v in vars(args).items() if k != "profile"},
+        "wall_s": time.monotonic() - start,
+        "cases": {c.key: {"experts": c.experts, "global_experts": c.global_experts, "expert_map": c.expert_map,
+                          "layout": c.layout, "top_k": TOP_K, "shapes": c.shapes} for c in CASES},
+        "targets": TARGETS,
+        "baseline_timing": BASELINE_TIMING,
+        "results": rows,
+        "skipped": skipped,
+    }
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.write_text(json.dumps(result, indent=2))
+    print(f"wrote {out_path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,114 @@
+#include "heuristics/indexed.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace chordrt::heuristics {
+
+namespace {
+
+// Relative cost of one routing block (one weight pass over an expert's tile) as block_m grows. wgmma:
+// the grouped kernel on the H200 took 270 us at 8 rows per expert and 514 us at 64 (EP8 gate_up masked),
+// about 235 + 4.4 per row: 1 + bm/54. mma: a block streams the same weights whatever its tokens; its
+// activation loads and MMAs grow with them, guessed at 1 + bm/64 (no measured slope yet).
+double block_cost(IndexedLayout layout, int block_m) {
+  return 1.0 + block_m / (layout == IndexedLayout::kWgmma ? 54.0 : 64.0);
+}
+
+}  // namespace
+
+std::string indexed_shape_error(const IndexedShape& s) {
+  if (s.experts < 1 || s.experts > kIndexedMaxExperts) {
+    return fmt::format("num_experts must be in [1, {}], got {}", kIndexedMaxExperts, s.experts);
+  }
+  if (s.n < 128 || s.n % 128 != 0 || s.n > (1 << 20)) {
+    return fmt::format("N must be a positive multiple of 128 (at most 2^20), got {}", s.n);
+  }
+  if (s.k < 64 || s.k % 64 != 0 || s.k > (1 << 20)) {
+    return fmt::format("K must be a positive multiple of 64 (at most 2^20), got {}", s.k);
+  }
+  return "";
+}
+
+IndexedProfile resolve_indexed_profile(const IndexedShape& s, IndexedProfile requested) {
+  if (requested != IndexedProfile::kAuto) return requested;
+  return std::min(s.n, s.k) < 1024 ? IndexedProfile::kTensorParallel : IndexedProfile::kExpertParallel;
+}
+
+double expected_indexed_blocks(int experts, int64_t routed_rows, int block_m) {
+  if (routed_rows <= 0 || experts < 1 || block_m < 1) return 0.0;
+  const double rows = static_cast<double>(routed_rows);
+  if (experts == 1) return std::ceil(rows / block_m);
+  // Rows per expert ~ Binomial(routed_rows, 1/E): sum its pmf over mean +- 12 sigma.
+  const double p = 1.0 / experts, mean = rows * p, sigma = std::sqrt(rows * p * (1 - p));
+  const int64_t lo = std::max<int64_t>(0, static_cast<int64_t>(mean - 12 * sigma));
+  const int64_t hi = std::min<int64_t>(routed_rows, static_cast<int64_t>(mean + 12 * sigma) + 16);
+  const double log_p = std::log(p), log_q = std::log1p(-p), log_n = std::lgamma(rows + 1);
+  double blocks = 0;
+  for (int64_t c = lo; c <= hi; ++c) {
+    const double x = static_cast<double>(c);
+    const double pmf =
+        std::exp(log_n - std::lgamma(x + 1) - std::lgamma(rows - x + 1) + x * log_p + (rows - x) * log_q);
+    blocks += pmf * static_cast<double>((c + block_m - 1) / block_m);
+  }
+  return experts * blocks;
+}
+
+int select_indexed_block_m(const IndexedShape& s, int64_t routed_rows, IndexedProfile profile,
+                           const DeviceFacts& facts) {
+  const bool mma = s.layout == IndexedLayout::kMma;
+  const IndexedProfile p = resolve_indexed_profile(s, profile);
+  const int cap = mma ? 24 : (p == IndexedProfile::kTensorParallel ? 128 : 176);
+  // Work units per block (tiles of weight rows) and how many run at once: the time is set by
+  // max(units, slots) * the cost of one, so blocks that leave SMs idle are not cheaper.
+  const double units_per_block = mma ? s.n / 128.0 : s.n / 256.0;
+  const double slots = (mma ? 4.0 : 1.0) * facts.sm_count;
+  int best = 8;
+  double best_time = 0;
+  for (int bm = 8; bm <= cap; bm += 8) {
+    const double units = expected_indexed_blocks(s.experts, routed_rows, bm) * units_per_block;
+    const double time = std::max(units, slots) * block_cost(s.layout, bm);
+    if (bm == 8 || time < best_time * 0.999) {
+      best = bm;
+      best_time = time;
+    }
+  }
+  return best;
+}
+
+GroupedConfig select_indexed_prefill(const IndexedShape& s, int block_m, int64_t routed_rows,
+                                     const DeviceFacts& facts) {
+  const GroupedShape g{GroupedMode::kIndexed, s.n, s.k, s.experts};
+  GroupedConfig c{block_m, 1, 2};
+  // Two 64-row slices per consumer (256-row tiles) when their fragments fit and the expected tiles still
+  // give every SM one; otherwise 128-row tiles, twice as many.
+  GroupedConfig wide{block_m, 2, 2};
+  const double blocks = expected_indexed_blocks(s.experts, routed_rows, block_m);
+  if (s.n % 256 == 0 && grouped_consumer_registers(g, wide) <= 232 && blocks * (s.n / 256) >= facts.sm_count) {
+    c = wide;
+  }
+  c.stages = grouped_deepest_ring(g, c, facts);
+  return c;
+}
+
+std::string indexed_decode_config_error(const IndexedShape& s, const IndexedDecodeConfig& c) {
+  if (std::string why = indexed_shape_error(s); !why.empty()) return why;
+  if (c.block_m < 8 || c.block_m > kIndexedDecodeMaxBlockM || c.block_m % 8 != 0) {
+    return fmt::format(
+        "the decode (mma) layout serves block_m 8, 16, 24 or 32, got {} (pack with the wgmma "
+        "layout for larger blocks)",
+        c.block_m);
+  }
+  if (c.depth < 1 || c.depth > 8) return fmt::format("depth must be in [1, 8], got {}", c.depth);
+  return "";
+}
+
+IndexedDecodeConfig select_indexed_decode(const IndexedShape&, int block_m) {
+  // Four chunks ahead fill the DRAM queue at 16 warps per SM; more tokens' activations leave registers for
+  // fewer under the 128-register cap of 4 CTAs per SM (ptxas: depth 4 spills at block_m 24, 3 at 32).
+  return {block_m, block_m <= 16 ? 4 : (block_m <= 24 ? 3 : 2)};
+}
+
+}  // namespace chordrt::heuristics

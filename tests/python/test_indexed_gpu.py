@@ -1,0 +1,361 @@
+"""W4A16 indexed MoE GEMMs (vLLM routing) on a GPU against an FP32 reference.
+
+Routing comes from chordrt.moe_align on random top-k ids (uniform, skewed, all on one expert), with an
+expert-parallel expert_map (so blocks of other GPUs' experts carry -1) or without. Weights are fresh
+random checkpoint words and scales, packed for the WGMMA (prefill) or MMA (decode) layout. Outputs are
+poisoned with NaN: rows of local routes must be close to a[r // top_k] @ dequant(W_e)^T (FP32, no TF32),
+rows of other GPUs' routes must stay NaN. Over-allocated buffers get garbage past the device count.
+Shapes: small odd ones and Kimi K2's (384 experts, top-8) at EP8 (48 local) and TP8 (384 local, narrow).
+Skipped unless torch with a CUDA device of compute capability 9.x is available.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA device visible to torch", allow_module_level=True)
+
+import chordrt  # noqa: E402
+from chordrt import IndexedLayout  # noqa: E402
+from chordrt import moe_reference as mr  # noqa: E402
+from w4a16_testing import DEV, activations, check, checkpoint_weight, dequantized, exact_fp32, nan_out  # noqa: E402
+
+WGMMA, MMA = IndexedLayout.WGMMA, IndexedLayout.MMA
+KIMI_EP8 = {"gate_up": (4096, 7168, 48), "down": (7168, 2048, 48)}  # (N, K, local experts); 384 global
+KIMI_TP8 = {"gate_up": (512, 7168, 384), "down": (7168, 256, 384)}
+GLOBAL = 384
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _driver(chord):
+    info = chord.runtime_info()
+    if not info["driver_available"] or info["device_count"] < 1:
+        pytest.skip(f"torch sees a GPU but chordrt does not: {info}")
+    major, minor = torch.cuda.get_device_capability(DEV)
+    if major != 9:
+        pytest.skip(f"the indexed prefill kernel is sm_90a; this device is sm_{major}{minor}")
+
+
+_sources, _packed = {}, {}
+
+
+def source(n, k, e):
+    if (n, k, e) not in _sources:
+        _sources[(n, k, e)] = checkpoint_weight(e, n, k, seed=n + 3 * k + 7 * e)
+    return _sources[(n, k, e)]
+
+
+def packed(n, k, e, layout):
+    key = (n, k, e, IndexedLayout(layout))
+    if key not in _packed:
+        words, scale = source(n, k, e)
+        _packed[key] = chordrt.indexed_pack(words, scale, layout)
+    return _packed[key]
+
+
+def routing(tokens, top_k, global_experts, seed, skew=0.0, one_expert=None):
+    if one_expert is not None:
+        return torch.full((tokens, top_k), one_expert, dtype=torch.int32, device=DEV)
+    ids, _ = mr.random_routing(torch, tokens, top_k, global_experts, DEV, seed=seed, skew=skew)
+    return ids
+
+
+def local_experts_of_routes(topk_ids, expert_map, experts):
+    """int64 [routes]: the local expert of each route, -1 when it is another GPU's."""
+    ids = topk_ids.reshape(-1).to(torch.int64)
+    local = expert_map.to(torch.int64)[ids] if expert_map is not None else ids
+    return torch.where((local >= 0) & (local < experts), local, torch.full_like(local, -1))
+
+
+def reference(a, top_k, words, scale, local):
+    """float32 [routes, N]: route r = a[r // top_k] @ dequant(W[local[r]])^T, NaN for other GPUs' routes."""
+    out = torch.full((local.numel(), words.shape[1]), float("nan"), dtype=torch.float32, device=DEV)
+    rows = torch.arange(local.numel(), device=DEV) // top_k
+    with exact_fp32():
+        for e in torch.unique(local[local >= 0]).tolist():
+            sel = torch.nonzero(local == e).flatten()
+            out[sel] = a[rows[sel]].float() @ dequantized(words, scale, e).T
+    return out
+
+
+def garbage_tail(sorted_ids, expert_ids, npp, block_m, routes, experts, seed):
+    """Fills the over-allocated tails past the device count with plausible-looking garbage."""
+    count = int(npp[0].item())
+    gen = torch.Generator(device=DEV)
+    gen.manual_seed(seed)
+    tail = sorted_ids[count:]
+    tail.copy_(torch.randint(0, max(routes, 1), tail.shape, generator=gen, device=DEV, dtype=torch.int32))
+    etail = expert_ids[count // block_m :]
+    etail.copy_(torch.randint(0, experts, etail.shape, generator=gen, device=DEV, dtype=torch.int32))
+
+
+def run(layout, n, k, experts, tokens, top_k, block_m=None, global_experts=None, seed=1, skew=0.0, one_expert=None,
+        extra_capacity=0, validate=False, label=None):
+    """One indexed call on poisoned output, checked against the reference; returns (out, call inputs)."""
+    global_experts = global_experts or experts
+    emap = None
+    if global_experts != experts:
+        emap = mr.contiguous_expert_map(torch, global_experts, experts, rank=seed % (global_experts // experts), device=DEV)
+    topk_ids = routing(tokens, top_k, global_experts, seed, skew, one_expert)
+    local = local_experts_of_routes(topk_ids, emap, experts)
+    if block_m is None:
+        block_m = chordrt.indexed_block_m(layout, experts, n, k, int((local >= 0).sum().item()))
+    cap = chordrt.moe_align_sorted_capacity(tokens, top_k, global_experts, block_m) + extra_capacity
+    sorted_ids = torch.empty(cap, dtype=torch.int32, device=DEV)
+    expert_ids = torch.empty(-(-cap // block_m), dtype=torch.int32, device=DEV)
+    npp = torch.empty(1, dtype=torch.int32, device=DEV)
+    chordrt.moe_align(topk_ids, global_experts, block_m, expert_map=emap, sorted_token_ids=sorted_ids,
+                      expert_ids=expert_ids, num_tokens_post_padded=npp)
+    if extra_capacity:
+        garbage_tail(sorted_ids, expert_ids, npp, block_m, tokens * top_k, experts, seed)
+    w = packed(n, k, experts, layout)
+    words, scale = source(n, k, experts)
+    a = activations(tokens, k, seed + 100)
+    out = nan_out(tokens * top_k, n)
+    res = chordrt.indexed_gemm(a, w, sorted_ids, expert_ids, npp, top_k, block_m, out=out, validate=validate)
+    assert res is out
+    torch.cuda.synchronize()
+    ref = reference(a, top_k, words, scale, local)
+    check(out, ref, local >= 0, label or f"{layout.name} N={n} K={k} E={experts}/{global_experts} T={tokens} "
+          f"top_k={top_k} block_m={block_m} skew={skew}")
+    return out, (a, w, sorted_ids, expert_ids, npp, top_k, block_m)
+
+
+# ---- both layouts on small odd shapes ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("layout, block_m", [(MMA, 8), (MMA, 16), (MMA, 24), (MMA, 32), (WGMMA, 8), (WGMMA, 16),
+                                             (WGMMA, 64), (WGMMA, 136), (WGMMA, 256)])
+@pytest.mark.parametrize("tokens", [1, 7, 100])
+def test_small_shapes(layout, block_m, tokens):
+    run(layout, 384, 576, 5, tokens, 2, block_m=block_m, seed=tokens + block_m)
+
+
+@pytest.mark.parametrize("layout", [MMA, WGMMA])
+def test_expert_parallel_map_skips_other_gpus_blocks(layout):
+    run(layout, 256, 512, 4, 64, 4, block_m=16, global_experts=16, seed=5)
+
+
+@pytest.mark.parametrize("layout", [MMA, WGMMA])
+def test_skewed_routing_and_all_tokens_on_one_expert(layout):
+    run(layout, 256, 512, 6, 300, 3, block_m=16, skew=1.5, seed=6)
+    run(layout, 256, 512, 6, 200, 1, block_m=24 if layout == MMA else 64, one_expert=4, seed=7)
+
+
+@pytest.mark.parametrize("layout", [MMA, WGMMA])
+def test_over_allocated_buffers_with_garbage_tails(layout):
+    run(layout, 256, 512, 6, 50, 2, block_m=16, extra_capacity=999, seed=8)
+
+
+@pytest.mark.parametrize("layout", [MMA, WGMMA])
+def test_validation_accepts_good_routing(layout):
+    run(layout, 256, 512, 6, 40, 2, block_m=16, global_experts=12, extra_capacity=77, validate=True, seed=9)
+
+
+# ---- Kimi K2 shapes ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("proj", ["gate_up", "down"])
+@pytest.mark.parametrize("tokens", [1, 20, 50])
+def test_kimi_ep8_decode(proj, tokens):
+    n, k, e = KIMI_EP8[proj]
+    run(MMA, n, k, e, tokens, 8, global_experts=e, seed=tokens)  # every route on this GPU's 48 experts
+
+
+@pytest.mark.parametrize("proj", ["gate_up", "down"])
+@pytest.mark.parametrize("tokens", [64, 1024, 4096])
+def test_kimi_ep8_prefill(proj, tokens):
+    n, k, e = KIMI_EP8[proj]
+    run(WGMMA, n, k, e, tokens, 8, global_experts=GLOBAL, seed=tokens)
+
+
+def test_kimi_ep8_prefill_16k_tokens():
+    n, k, e = KIMI_EP8["gate_up"]
+    run(WGMMA, n, k, e, 16384, 8, global_experts=GLOBAL, seed=3)
+
+
+@pytest.mark.parametrize("proj", ["gate_up", "down"])
+@pytest.mark.parametrize("layout, tokens", [(MMA, 1), (MMA, 16), (WGMMA, 256), (WGMMA, 2048)])
+def test_kimi_tp8(proj, layout, tokens):
+    n, k, e = KIMI_TP8[proj]
+    run(layout, n, k, e, tokens, 8, seed=tokens)
+
+
+def test_down_projection_reads_the_route_rows():
+    """down: a is [M*topk, I] (one row per route) with top_k = 1 over the same routing."""
+    n, k, e = 256, 512, 6
+    topk = 3
+    topk_ids = routing(40, topk, e, seed=10)
+    sorted_ids, expert_ids, npp = chordrt.moe_align(topk_ids, e, 16)
+    w = packed(n, k, e, WGMMA)
+    words, scale = source(n, k, e)
+    a = activations(40 * topk, k, 11)
+    out = chordrt.indexed_gemm(a, w, sorted_ids, expert_ids, npp, 1, 16, out=nan_out(40 * topk, n))
+    torch.cuda.synchronize()
+    local = local_experts_of_routes(topk_ids, None, e)
+    check(out, reference(a, 1, words, scale, local), local >= 0, "down top_k=1")
+
+
+def test_layouts_agree():
+    """Same routing, block_m 16, both layouts: the same RN((q-8)*s) products summed in FP32 in different
+    orders (wgmma's k16 steps vs mma.sync's permuted k within 64-value chunks), so close, not bitwise."""
+    outs = []
+    for layout in (MMA, WGMMA):
+        out, _ = run(layout, 512, 1024, 4, 30, 2, block_m=16, seed=12)
+        outs.append(out.float())
+    written = ~torch.isnan(outs[0]).any(dim=1)
+    stats = mr.error_stats(torch, outs[0][written], outs[1][written])
+    print(f"mma vs wgmma: {stats}")
+    assert stats["rel_err"] < 4e-3 and stats["cosine"] > 0.99999, stats
+
+
+def test_graph_replay_follows_the_device_routing():
+    n, k, e, top_k, bm = 256, 512, 6, 2, 16
+    w = packed(n, k, e, MMA)
+    words, scale = source(n, k, e)
+    cap = chordrt.moe_align_sorted_capacity(32, top_k, e, bm)
+    sorted_ids = torch.empty(cap, dtype=torch.int32, device=DEV)
+    expert_ids = torch.empty(-(-cap // bm), dtype=torch.int32, device=DEV)
+    npp = torch.empty(1, dtype=torch.int32, device=DEV)
+    topk_ids = routing(32, top_k, e, seed=13)
+    a = activations(32, k, 14)
+    out = nan_out(32 * top_k, n)
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):  # load the kernels before capture
+        chordrt.moe_align(topk_ids, e, bm, sorted_token_ids=sorted_ids, expert_ids=expert_ids, num_tokens_post_padded=npp)
+        chordrt.indexed_gemm(a, w, sorted_ids, expert_ids, npp, top_k, bm, out=out)
+    stream.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        chordrt.moe_align(topk_ids, e, bm, sorted_token_ids=sorted_ids, expert_ids=expert_ids, num_tokens_post_padded=npp)
+        chordrt.indexed_gemm(a, w, sorted_ids, expert_ids, npp, top_k, bm, out=out)
+    for seed in (15, 16):
+        topk_ids.copy_(routing(32, top_k, e, seed=seed, skew=1.0 if seed == 16 else 0.0))
+        a.copy_(activations(32, k, seed))
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        local = local_experts_of_routes(topk_ids, None, e)
+        check(out, reference(a, top_k, words, scale, local), local >= 0, f"graph replay seed={seed}")
+
+
+def test_deterministic_across_runs():
+    out1, args = run(WGMMA, 512, 1024, 4, 64, 2, block_m=32, seed=17)
+    a, w, sorted_ids, expert_ids, npp, top_k, bm = args
+    out2 = chordrt.indexed_gemm(a, w, sorted_ids, expert_ids, npp, top_k, bm, out=nan_out(*out1.shape))
+    torch.cuda.synchronize()
+    assert torch.equal(out1.view(torch.int16), out2.view(torch.int16))
+
+
+# ---- errors -----------------------------------------------------------------------------------------------
+
+
+def _valid_call(layout=MMA, bm=16):
+    n, k, e, top_k = 256, 512, 6, 2
+    topk_ids = routing(20, top_k, e, seed=18)
+    sorted_ids, expert_ids, npp = chordrt.moe_align(topk_ids, e, bm)
+    return dict(a=activations(20, k, 19), weight=packed(n, k, e, layout), sorted_token_ids=sorted_ids,
+                expert_ids=expert_ids, num_tokens_post_padded=npp, top_k=top_k, block_m=bm,
+                out=nan_out(20 * top_k, n))
+
+
+@pytest.mark.parametrize("corrupt, words", [
+    ("duplicate", ["already appears"]),
+    ("bad_expert", ["expert_ids", "neither -1"]),
+    ("negative_id", ["negative"]),
+    ("count", ["multiple of block_m"]),
+    ("missing", ["appears in no block"]),
+])
+def test_validation_reports_the_first_bad_entry(corrupt, words):
+    c = _valid_call()
+    sorted_ids, expert_ids, npp = c["sorted_token_ids"], c["expert_ids"], c["num_tokens_post_padded"]
+    if corrupt == "duplicate":
+        first = int(sorted_ids[0].item())
+        sorted_ids[1] = first
+    elif corrupt == "bad_expert":
+        expert_ids[0] = 99
+    elif corrupt == "negative_id":
+        sorted_ids[2] = -5
+    elif corrupt == "count":
+        npp[0] += 3
+    else:
+        sorted_ids[0] = 40  # the sentinel: route 0's row disappears
+    with pytest.raises(chordrt.ChordError) as excinfo:
+        chordrt.indexed_gemm(validate=True, **c)
+    err = excinfo.value
+    print(err)
+    assert err.status is chordrt.Status.INVALID_ARGUMENT, err
+    for word in words:
+        assert word in err.message, (word, err.message)
+    torch.cuda.synchronize()
+    assert torch.isnan(c["out"].float()).all(), "a rejected call wrote its output"
+
+
+def test_validation_refuses_to_run_while_capturing():
+    c = _valid_call()
+    chordrt.indexed_gemm(**c)
+    stream = torch.cuda.Stream()
+    graph = torch.cuda.CUDAGraph()
+    with pytest.raises(chordrt.ChordError, match="capturing"):
+        with torch.cuda.graph(graph, stream=stream):
+            chordrt.indexed_gemm(validate=True, **c)
+
+
+@pytest.mark.parametrize("layout, bm, word", [(MMA, 64, "wgmma layout"), (MMA, 12, "8, 16, 24 or 32"),
+                                               (WGMMA, 12, "steps of 8"), (WGMMA, 264, "steps of 8")])
+def test_block_m_outside_the_layout_is_rejected(layout, bm, word):
+    c = _valid_call(layout)
+    c["block_m"] = bm
+    with pytest.raises(chordrt.ChordError) as excinfo:
+        chordrt.indexed_gemm(**c)
+    print(excinfo.value)
+    assert word in excinfo.value.message
+
+
+def test_grouped_weight_is_not_an_indexed_weight():
+    c = _valid_call()
+    words, scale = source(256, 512, 6)
+    c["weight"] = chordrt.grouped_pack(words, scale, "contiguous")
+    with pytest.raises(chordrt.ChordError, match="IndexedPackedWeight"):
+        chordrt.indexed_gemm(**c)
+
+
+def test_edited_weight_struct_is_rejected():
+    c = _valid_call()
+    for field, value in (("n", 128), ("layout", 1 - c["weight"].struct.layout), ("packed", c["weight"].struct.packed + 256)):
+        forged = chordrt.IndexedWeight.from_buffer_copy(c["weight"].struct)
+        setattr(forged, field, value)
+        with pytest.raises(chordrt.ChordError, match="indexed_pack"):  # raw pointers: the library checks
+            chordrt.indexed_gemm(c["a"].data_ptr(), forged, c["sorted_token_ids"].data_ptr(),
+                                 c["expert_ids"].data_ptr(), c["num_tokens_post_padded"].data_ptr(), c["top_k"],
+                                 c["block_m"], c["out"].data_ptr(), torch.cuda.current_stream().cuda_stream,
+                                 num_tokens=20, sorted_token_ids_capacity=c["sorted_token_ids"].numel(),
+                                 expert_ids_capacity=c["expert_ids"].numel())
+
+
+@pytest.mark.parametrize("scheme", [dict(bits=8), dict(group_size=128), dict(symmetric=False), dict(scale_is_bf16=False)])
+def test_unsupported_schemes_are_rejected(scheme):
+    words, scale = source(256, 512, 6)
+    with pytest.raises(chordrt.ChordError) as excinfo:
+        chordrt.indexed_pack(words, scale, MMA, **scheme)
+    assert excinfo.value.status is chordrt.Status.UNSUPPORTED
+
+
+@pytest.mark.parametrize("n, k, word", [(200, 512, "128"), (256, 96, "64")])
+def test_bad_shapes_are_rejected(n, k, word):
+    w, s = checkpoint_weight(2, n, k, seed=3)
+    with pytest.raises(chordrt.ChordError) as excinfo:
+        chordrt.indexed_pack(w, s, WGMMA)
+    assert excinfo.value.status is chordrt.Status.INVALID_ARGUMENT
+    assert word in excinfo.value.message
+
+
+def test_zero_tokens_writes_nothing():
+    n, k, e = 256, 512, 6
+    w = packed(n, k, e, WGMMA)
+    empty = torch.empty(0, dtype=torch.int32, device=DEV)
+    npp = torch.zeros(1, dtype=torch.int32, device=DEV)
+    out = chordrt.indexed_gemm(torch.empty((0, k), dtype=torch.bfloat16, device=DEV), w, empty, empty, npp, 8, 16)
+    assert out.shape == (0, n)
