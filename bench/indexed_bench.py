@@ -140,13 +140,13 @@ class RouteSet:
 class Point:
     """The input sets of one (case, projection, tokens) point, their calls and their byte / flop counts."""
 
-    def __init__(self, case, proj, tokens, n_sets):
+    def __init__(self, case, proj, tokens, n_sets, block_m=None):
         n, k = case.shapes[proj]
         self.n, self.k = n, k
         self.top_k = TOP_K if proj == "gate_up" else 1
         # Routes expected on this GPU's experts: what a server knows before routing
         self.routed_rows = tokens * TOP_K * case.experts // case.global_experts
-        self.block_m = chordrt.indexed_block_m(case.layout, case.experts, n, k, self.routed_rows)
+        self.block_m = block_m or chordrt.indexed_block_m(case.layout, case.experts, n, k, self.routed_rows)
         emap = (mr.contiguous_expert_map(torch, case.global_experts, case.experts, 0, torch.device("cuda"))
                 if case.expert_map else None)
         # Seed s for every point: both projections of a step see the same routing
@@ -211,9 +211,9 @@ def weight_sets_for(experts, n, k, quick):
     return max(1 if quick else 2, sets_for(experts * weight_bytes_per_expert(n, k), limit=4))
 
 
-def bench_point(case, proj, tokens, packed, wsets, bf16, n_isets, ceil, replays, rounds):
+def bench_point(case, proj, tokens, packed, wsets, bf16, n_isets, ceil, replays, rounds, block_m=None):
     n_wsets = len(wsets)
-    point = Point(case, proj, tokens, n_isets)
+    point = Point(case, proj, tokens, n_isets, block_m)
     torch.cuda.synchronize()
     us = graph_time_us([point.chord_call(i, packed[i % n_wsets]) for i in range(n_isets)], replays, rounds)
     target = TARGETS.get(f"{case.key}/{proj}", {}).get(tokens)
@@ -276,11 +276,14 @@ def bench_group(case, proj, tokens_list, ceil, args, deadline, skipped):
     replays, rounds = (20, 5) if args.quick else (30, 7)
     rows = []
     for tokens in tokens_list:
-        label = f"{case.parallel} {proj} {case.phase} {tokens}"
-        if deadline is not None and time.monotonic() > deadline:
-            skipped.append(label)
-            continue
-        rows.append(bench_point(case, proj, tokens, packed, wsets, bf16, n_isets, ceil, replays, rounds))
+        for block_m in args.block_m or [None]:  # None: the heuristic's
+            label = f"{case.parallel} {proj} {case.phase} {tokens}" + (f" block_m {block_m}" if block_m else "")
+            if deadline is not None and time.monotonic() > deadline:
+                skipped.append(label)
+                continue
+            row = bench_point(case, proj, tokens, packed, wsets, bf16, n_isets, ceil, replays, rounds, block_m)
+            row["block_m_forced"] = block_m is not None
+            rows.append(row)
         torch.cuda.empty_cache()  # the next point's sets (up to ~10 GB at 16384 tokens) start from a clean pool
     return rows
 
@@ -326,6 +329,8 @@ def main():
     ap.add_argument("--budget-s", type=float, default=200,
                     help="wall-clock budget in seconds (0 = none): points past it are skipped and listed")
     ap.add_argument("--no-baseline", action="store_true", help="skip the PyTorch baseline")
+    ap.add_argument("--block-m", type=int_list, default=None,
+                    help="sweep: run every point at each of these block sizes instead of the heuristic's")
     args = ap.parse_args()
     torch.manual_seed(0)
     if args.profile:

@@ -9,12 +9,14 @@ namespace chordrt::heuristics {
 
 namespace {
 
-// Relative cost of one routing block (one weight pass over an expert's tile) as block_m grows. wgmma:
-// the grouped kernel on the H200 took 270 us at 8 rows per expert and 514 us at 64 (EP8 gate_up masked),
-// about 235 + 4.4 per row: 1 + bm/54. mma: a block streams the same weights whatever its tokens; its
-// activation loads and MMAs grow with them, guessed at 1 + bm/64 (no measured slope yet).
-double block_cost(IndexedLayout layout, int block_m) {
-  return 1.0 + block_m / (layout == IndexedLayout::kWgmma ? 54.0 : 64.0);
+// Relative cost of one routing block (one weight pass over an expert's tiles) as block_m grows, fitted
+// to the H200 bench (bench/results/indexed_bench-h200-20261201a.json, gate_up): wgmma EP8 took 8.5 us
+// per block at block_m 32 and 15.7 at 104 (1 + bm/53); TP8's narrow tiles 1.02 at 32 and 2.38 at 120
+// (1 + bm/34): the gather and the epilogue weigh more there. mma: a block streams the same weights
+// whatever its tokens (EP8 decode, 20 tokens at block_m 8: 222 us; 50 at 16: 263 us): 1 + bm/44.
+double block_cost(IndexedLayout layout, IndexedProfile profile, int block_m) {
+  if (layout == IndexedLayout::kMma) return 1.0 + block_m / 44.0;
+  return 1.0 + block_m / (profile == IndexedProfile::kTensorParallel ? 34.0 : 53.0);
 }
 
 }  // namespace
@@ -60,17 +62,22 @@ int select_indexed_block_m(const IndexedShape& s, int64_t routed_rows, IndexedPr
                            const DeviceFacts& facts) {
   const bool mma = s.layout == IndexedLayout::kMma;
   const IndexedProfile p = resolve_indexed_profile(s, profile);
-  const int cap = mma ? 24 : (p == IndexedProfile::kTensorParallel ? 128 : 176);
+  // wgmma: 128 at most, the largest block whose two-slice (256-row) tiles fit the consumers' registers.
+  // At 176 the kernel falls back to one slice, gathers every activation row twice as often per weight
+  // row, and ran 1.8-2.4x slower than at 104 (H200, EP8 8192 tokens: 2212 us; bench/NOTES.md).
+  const int cap = mma ? 24 : 128;
   // Work units per block (tiles of weight rows) and how many run at once: the time is set by
   // max(units, slots) * the cost of one, so blocks that leave SMs idle are not cheaper.
   const double units_per_block = mma ? s.n / 128.0 : s.n / 256.0;
   const double slots = (mma ? 4.0 : 1.0) * facts.sm_count;
-  int best = 8;
   double best_time = 0;
-  for (int bm = 8; bm <= cap; bm += 8) {
+  // wgmma: multiples of 16 (EP8 2048 tokens: block_m 64 ran 566 us, 56 ran 667 us; H200 sweep).
+  const int step = mma ? 8 : 16;
+  int best = step;
+  for (int bm = step; bm <= cap; bm += step) {
     const double units = expected_indexed_blocks(s.experts, routed_rows, bm) * units_per_block;
-    const double time = std::max(units, slots) * block_cost(s.layout, bm);
-    if (bm == 8 || time < best_time * 0.999) {
+    const double time = std::max(units, slots) * block_cost(s.layout, p, bm);
+    if (bm == step || time < best_time * 0.999) {
       best = bm;
       best_time = time;
     }
