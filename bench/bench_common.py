@@ -4,7 +4,10 @@ Timings are medians of CUDA-event-timed rounds; ceilings (device copy, streaming
 GEMM) are measured in the same process as the kernels they are compared with.
 """
 import math
+import pathlib
+import re
 import statistics
+import time
 
 import torch
 import triton
@@ -86,3 +89,25 @@ def ceilings():
 
 def sets_for(bytes_per_call, limit=32):
     return max(1, min(limit, math.ceil(3 * L2_BYTES / max(bytes_per_call, 1))))
+
+
+def device_tag():
+    """A short device name for result files: "h200" from "NVIDIA H200"."""
+    name = torch.cuda.get_device_name().lower()
+    m = re.search(r"\b([a-z]+\d+[a-z]*)\b", name.replace("nvidia", ""))
+    return m.group(1) if m else re.sub(r"[^a-z0-9]+", "", name) or "gpu"
+
+
+def default_out(bench):
+    """bench/results/<bench>-<device>-<date><letter>.json: the first letter not taken yet."""
+    results = pathlib.Path(__file__).resolve().parent / "results"
+    stem = f"{bench}-{device_tag()}-{time.strftime('%Y%m%d')}"
+    for letter in "abcdefghijklmnopqrstuvwxyz":
+        path = results / f"{stem}{letter}.json"
+        if not path.exists():
+            return path
+    return results / f"{stem}-{int(time.time())}.json"
+
+
+def int_list(text):
+    return tuple(int(t) for t in text.split(",") if t)

@@ -21,7 +21,6 @@ Without --json / --out the result goes to bench/results/grouped_bench-<device>-<
 import argparse
 import json
 import pathlib
-import re
 import sys
 import time
 
@@ -32,10 +31,10 @@ try:
 except ImportError:  # run from a checkout without PYTHONPATH=tools/python
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tools" / "python"))
     import chordrt
-from bench_common import ceilings, graph_time_us, sets_for
+from bench_common import ceilings, default_out, graph_time_us, int_list, sets_for
 from chordrt import moe_reference as mr
+from w4a16_weights import checkpoint_pool, dequant_bf16
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
 GLOBAL_EXPERTS = 384
 EPS = (8, 16, 32)
 PROJECTIONS = {"gate_up": (4096, 7168), "down": (7168, 2048)}  # name -> (N, K)
@@ -56,28 +55,6 @@ TARGET_EP = 8
 
 def target_for(ep, mode, proj, per_expert):
     return TARGETS.get((mode, proj), {}).get(per_expert) if ep == TARGET_EP else None
-
-
-def checkpoint_pool(n, k, experts, seed):
-    """Random compressed-tensors weights: int32 [E, N, K/8] (uniform nibbles), BF16 scales ~ U(0.5,1.5)/sqrt(K)/4.6."""
-    dev = torch.device("cuda")
-    gen = torch.Generator(device=dev)
-    gen.manual_seed(seed)
-    words = torch.empty((experts, n, k // 8), dtype=torch.int32, device=dev)
-    for e in range(experts):
-        words[e] = torch.randint(-(2**31), 2**31, (n, k // 8), generator=gen, dtype=torch.int64, device=dev)
-    base = 1.0 / (21.5**0.5 * k**0.5)  # unit-variance outputs for unit-variance activations
-    scale = (base * (0.5 + torch.rand((experts, n, k // 32), generator=gen, device=dev))).to(torch.bfloat16)
-    return words, scale
-
-
-def dequant_bf16(words, scale):
-    """[E, N, K] BF16, one expert at a time (the float32 intermediate of a whole set would be large)."""
-    e, n, kw = words.shape
-    out = torch.empty((e, n, kw * 8), dtype=torch.bfloat16, device=words.device)
-    for i in range(e):
-        out[i] = mr.dequantize(torch, "int4", words[i], scale[i], torch.float32).to(torch.bfloat16)
-    return out
 
 
 def reference_rows(a, words, scale, expert_rows):
@@ -254,26 +231,6 @@ def profile(spec):
     torch.cuda.synchronize()
 
 
-def device_tag():
-    name = torch.cuda.get_device_name().lower()
-    m = re.search(r"\b([a-z]+\d+[a-z]*)\b", name.replace("nvidia", ""))
-    return m.group(1) if m else re.sub(r"[^a-z0-9]+", "", name) or "gpu"
-
-
-def default_out():
-    results = ROOT / "bench" / "results"
-    stem = f"grouped_bench-{device_tag()}-{time.strftime('%Y%m%d')}"
-    for letter in "abcdefghijklmnopqrstuvwxyz":
-        path = results / f"{stem}{letter}.json"
-        if not path.exists():
-            return path
-    return results / f"{stem}-{int(time.time())}.json"
-
-
-def int_list(text):
-    return tuple(int(t) for t in text.split(",") if t)
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--json", "--out", dest="out", help="result file (default: bench/results/grouped_bench-...)")
@@ -305,7 +262,7 @@ def main():
     for ep in eps:
         if ep < 1 or GLOBAL_EXPERTS % ep or GLOBAL_EXPERTS // ep > POOL_EXPERTS:
             ap.error(f"EP{ep}: {GLOBAL_EXPERTS} experts must split into at most {POOL_EXPERTS} per GPU")
-    out_path = pathlib.Path(args.out) if args.out else default_out()
+    out_path = pathlib.Path(args.out) if args.out else default_out("grouped_bench")
     ceil = ceilings()
     print(f"ceilings: copy {ceil['copy_tbps']:.2f} TB/s, stream read {ceil['stream_read_tbps']:.2f} TB/s, "
           f"dense BF16 {ceil['dense_bf16_tflops']:.0f} TFLOP/s", flush=True)

@@ -40,11 +40,10 @@ try:
 except ImportError:  # run from a checkout without PYTHONPATH=tools/python
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tools" / "python"))
     import chordrt
-from bench_common import ceilings, graph_time_us, sets_for
+from bench_common import ceilings, default_out, graph_time_us, int_list, sets_for
 from chordrt import moe_reference as mr
-from grouped_bench import checkpoint_pool, dequant_bf16, device_tag, int_list  # same checkpoint format
+from w4a16_weights import checkpoint_pool, dequant_bf16
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
 TOP_K = 8
 PREFILL_TOKENS = (1024, 2048, 4096, 8192, 16384)
 DECODE_TOKENS = (20, 50)
@@ -307,16 +306,6 @@ def profile(spec):
     torch.cuda.synchronize()
 
 
-def default_out():
-    results = ROOT / "bench" / "results"
-    stem = f"indexed_bench-{device_tag()}-{time.strftime('%Y%m%d')}"
-    for letter in "abcdefghijklmnopqrstuvwxyz":
-        path = results / f"{stem}{letter}.json"
-        if not path.exists():
-            return path
-    return results / f"{stem}-{int(time.time())}.json"
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--json", "--out", dest="out", help="result file (default: bench/results/indexed_bench-...)")
@@ -347,7 +336,7 @@ def main():
         if p not in EP_SHAPES:
             ap.error(f"unknown projection {p!r} (gate_up, down)")
     tokens_for = {"prefill": int_list(args.tokens), "decode": int_list(args.decode_tokens)}
-    out_path = pathlib.Path(args.out) if args.out else default_out()
+    out_path = pathlib.Path(args.out) if args.out else default_out("indexed_bench")
     ceil = ceilings()
     print(f"ceilings: copy {ceil['copy_tbps']:.2f} TB/s, stream read {ceil['stream_read_tbps']:.2f} TB/s, "
           f"dense BF16 {ceil['dense_bf16_tflops']:.0f} TFLOP/s", flush=True)

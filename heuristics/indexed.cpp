@@ -47,13 +47,14 @@ double expected_indexed_blocks(int experts, int64_t routed_rows, int block_m) {
   const double p = 1.0 / experts, mean = rows * p, sigma = std::sqrt(rows * p * (1 - p));
   const int64_t lo = std::max<int64_t>(0, static_cast<int64_t>(mean - 12 * sigma));
   const int64_t hi = std::min<int64_t>(routed_rows, static_cast<int64_t>(mean + 12 * sigma) + 16);
-  const double log_p = std::log(p), log_q = std::log1p(-p), log_n = std::lgamma(rows + 1);
+  // pmf(lo) once, then pmf(c + 1) = pmf(c) * (n - c) / (c + 1) * p / (1 - p): no lgamma per term.
+  const double x0 = static_cast<double>(lo), odds = p / (1 - p);
+  double pmf = std::exp(std::lgamma(rows + 1) - std::lgamma(x0 + 1) - std::lgamma(rows - x0 + 1) + x0 * std::log(p) +
+                        (rows - x0) * std::log1p(-p));
   double blocks = 0;
   for (int64_t c = lo; c <= hi; ++c) {
-    const double x = static_cast<double>(c);
-    const double pmf =
-        std::exp(log_n - std::lgamma(x + 1) - std::lgamma(rows - x + 1) + x * log_p + (rows - x) * log_q);
     blocks += pmf * static_cast<double>((c + block_m - 1) / block_m);
+    pmf *= (rows - static_cast<double>(c)) / static_cast<double>(c + 1) * odds;
   }
   return experts * blocks;
 }
@@ -89,10 +90,11 @@ GroupedConfig select_indexed_prefill(const IndexedShape& s, int block_m, int64_t
                                      const DeviceFacts& facts) {
   const GroupedShape g{GroupedMode::kIndexed, s.n, s.k, s.experts};
   GroupedConfig c{block_m, 1, 2};
-  // Two 64-row slices per consumer (256-row tiles) when their fragments fit and the expected tiles still
-  // give every SM one; otherwise 128-row tiles, twice as many.
+  // Two 64-row slices per consumer (256-row tiles) when their fragments fit and the tiles still give every
+  // SM one; otherwise 128-row tiles, twice as many. This runs on every dispatch, so the blocks are bounded
+  // from below (each block holds at most block_m rows; min(rows, E) experts hold one) instead of modelled.
   GroupedConfig wide{block_m, 2, 2};
-  const double blocks = expected_indexed_blocks(s.experts, routed_rows, block_m);
+  const int64_t blocks = std::max<int64_t>(std::min<int64_t>(routed_rows, s.experts), routed_rows / block_m);
   if (s.n % 256 == 0 && grouped_consumer_registers(g, wide) <= 232 && blocks * (s.n / 256) >= facts.sm_count) {
     c = wide;
   }

@@ -19,6 +19,7 @@ enum class IndexedProfile : int { kAuto = 0, kExpertParallel = 1, kTensorParalle
 constexpr int kIndexedMaxExperts = 1024;
 constexpr int kIndexedDecodeMaxBlockM = 32;  // 4 MMAs of 8 tokens
 constexpr int kIndexedDecodeRows = 128;      // weight rows per decode CTA
+constexpr int kIndexedDecodeThreads = 128;   // its 4 warps, 32 rows each
 
 struct IndexedShape {
   IndexedLayout layout = IndexedLayout::kWgmma;

@@ -11,8 +11,8 @@
 #include "runtime/jit_runtime.hpp"
 #include "runtime/launch.hpp"
 #include "runtime/ops/indexed_routing.hpp"
-#include "runtime/ops/pack_launch.hpp"
 #include "runtime/ops/validate.hpp"
+#include "runtime/ops/w4a16_weight.hpp"
 
 namespace chordrt::ops {
 
@@ -109,23 +109,13 @@ void check_shape(const char* op, int64_t mode, int64_t experts, int64_t n, int64
 
 // A weight given to a GEMM of `mode`: produced by grouped_pack, for this mode.
 void check_weight(const char* op, const chord_grouped_weight_t* w, GroupedMode mode) {
-  if (!w) throw_error(CHORD_ERROR_INVALID_ARGUMENT, "{}: weight is null", op);
-  if (w->struct_size != sizeof(chord_grouped_weight_t)) {
-    throw_error(CHORD_ERROR_INVALID_ARGUMENT, "{}: weight.struct_size must be {}, got {}", op,
-                sizeof(chord_grouped_weight_t), w->struct_size);
-  }
-  if (w->tag != grouped_weight_tag(*w)) {
-    throw_error(CHORD_ERROR_INVALID_ARGUMENT,
-                "{}: weight was not filled by grouped_pack (or its fields were changed since)", op);
-  }
+  check_w4a16_weight(op, w, "grouped_pack", grouped_weight_tag);
   if (w->mode != static_cast<int32_t>(mode)) {
     throw_error(CHORD_ERROR_INVALID_ARGUMENT,
                 "{}: weight was packed for {} mode (BLOCK_K {}); the {} GEMM needs a weight packed with mode {}", op,
                 w->mode == 0 ? "contiguous" : "masked", w->mode == 0 ? 64 : 128, mode_name(mode), mode_name(mode));
   }
   check_shape(op, w->mode, w->num_experts, w->n, w->k);
-  require_pointer(w->packed, op, "weight.packed", 16);
-  require_pointer(w->scale, op, "weight.scale", 16);
 }
 
 // Tensor maps of A, encoded once per (address, rows, K, box rows) and kept per thread: encoding costs
@@ -219,31 +209,19 @@ void grouped_weight_sizes(int32_t mode, int32_t num_experts, int32_t n, int32_t 
   if (packed_bytes) *packed_bytes = 0;
   if (scale_bytes) *scale_bytes = 0;
   ops::check_shape(op, mode, num_experts, n, k);
-  const size_t elements = static_cast<size_t>(num_experts) * static_cast<size_t>(n) * static_cast<size_t>(k);
-  if (packed_bytes) *packed_bytes = elements / 2;
-  if (scale_bytes) *scale_bytes = elements / 32 * 2;
+  ops::w4a16_sizes(num_experts, n, k, packed_bytes, scale_bytes);
 }
 
 chord_grouped_weight_t grouped_pack(const chord_grouped_pack_args_t& a, CUstream stream) {
-  constexpr const char* op = "grouped_pack";
   size_t need_packed = 0, need_scale = 0;
-  if (a.bits == 4 && a.group_size == 32 && a.symmetric == 1 && a.scale_is_bf16 == 1) {
+  if (ops::w4a16_scheme_served(a.bits, a.group_size, a.symmetric, a.scale_is_bf16)) {
     grouped_weight_sizes(a.mode, a.num_experts, a.n, a.k, &need_packed, &need_scale);
   }
   const auto mode = static_cast<heuristics::GroupedMode>(a.mode);
   ops::launch_w4a16_pack(
-      op, "grouped", a, need_packed, need_scale,
+      "grouped_pack", "grouped", a, need_packed, need_scale,
       [&](jit::Arch arch) { return ops::grouped_pack_descriptor(arch, mode, a.n, a.k); }, stream);
-  chord_grouped_weight_t w{};
-  w.struct_size = sizeof(w);
-  w.mode = a.mode;
-  w.num_experts = a.num_experts;
-  w.n = a.n;
-  w.k = a.k;
-  w.packed = a.packed;
-  w.scale = a.scale;
-  w.tag = ops::grouped_weight_tag(w);
-  return w;
+  return ops::w4a16_packed_weight(a, &chord_grouped_weight_t::mode, a.mode, ops::grouped_weight_tag);
 }
 
 void grouped_contiguous(const void* a, int64_t m, const chord_grouped_weight_t* w, const int32_t* m_indices, void* out,

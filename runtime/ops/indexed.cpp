@@ -13,8 +13,8 @@
 #include "runtime/jit_runtime.hpp"
 #include "runtime/launch.hpp"
 #include "runtime/ops/indexed_routing.hpp"
-#include "runtime/ops/pack_launch.hpp"
 #include "runtime/ops/validate.hpp"
+#include "runtime/ops/w4a16_weight.hpp"
 
 namespace chordrt::ops {
 
@@ -83,9 +83,11 @@ KernelProgram prefill_program(const jit::Descriptor& d) {
 
 KernelProgram decode_program(const jit::Descriptor& d) {
   const std::string what = jit::to_string(d);
-  const IndexedShape s{IndexedLayout::kMma, d[0], d[1], static_cast<int>(std::clamp<int64_t>(d[2], -1, 1 << 20))};
-  const IndexedDecodeConfig c{static_cast<int>(std::clamp<int64_t>(d[3], -1, 1024)),
-                              static_cast<int>(std::clamp<int64_t>(d[4], -1, 1024))};
+  const IndexedShape s{IndexedLayout::kMma, d[0], d[1], static_cast<int>(d[2])};
+  const IndexedDecodeConfig c{static_cast<int>(d[3]), static_cast<int>(d[4])};
+  if (d[2] != s.experts || d[3] != c.block_m || d[4] != c.depth) {
+    throw_error(CHORD_ERROR_INVALID_ARGUMENT, "{}: values out of the kernel's range", what);
+  }
   if (const std::string why = heuristics::indexed_decode_config_error(s, c); !why.empty()) {
     throw_error(CHORD_ERROR_INVALID_ARGUMENT, "{}: {}", what, why);
   }
@@ -93,7 +95,7 @@ KernelProgram decode_program(const jit::Descriptor& d) {
   p.header = "indexed/decode.cuh";
   p.name_expression =
       fmt::format("chord::indexed::indexed_decode_kernel<{}, {}, {}, {}, {}>", s.n, s.k, s.experts, c.block_m, c.depth);
-  p.threads = heuristics::kIndexedDecodeRows;
+  p.threads = heuristics::kIndexedDecodeThreads;
   return p;
 }
 
@@ -120,19 +122,9 @@ std::vector<jit::Descriptor> decode_examples(jit::Arch arch) {
 }
 
 void check_weight(const char* op, const chord_indexed_weight_t* w) {
-  if (!w) throw_error(CHORD_ERROR_INVALID_ARGUMENT, "{}: weight is null", op);
-  if (w->struct_size != sizeof(chord_indexed_weight_t)) {
-    throw_error(CHORD_ERROR_INVALID_ARGUMENT, "{}: weight.struct_size must be {}, got {}", op,
-                sizeof(chord_indexed_weight_t), w->struct_size);
-  }
-  if (w->tag != indexed_weight_tag(*w)) {
-    throw_error(CHORD_ERROR_INVALID_ARGUMENT,
-                "{}: weight was not filled by indexed_pack (or its fields were changed since)", op);
-  }
+  check_w4a16_weight(op, w, "indexed_pack", indexed_weight_tag);
   checked_layout(w->layout, op);
   check_shape(op, {static_cast<IndexedLayout>(w->layout), w->n, w->k, w->num_experts});
-  require_pointer(w->packed, op, "weight.packed", 16);
-  require_pointer(w->scale, op, "weight.scale", 16);
 }
 
 // Copies the routing back and checks it (validation mode only: synchronizes the stream).
@@ -211,31 +203,19 @@ void indexed_weight_sizes(int32_t layout, int32_t num_experts, int32_t n, int32_
   if (scale_bytes) *scale_bytes = 0;
   const auto l = ops::checked_layout(layout, op);
   ops::check_shape(op, {l, n, k, num_experts});
-  const size_t elements = static_cast<size_t>(num_experts) * static_cast<size_t>(n) * static_cast<size_t>(k);
-  if (packed_bytes) *packed_bytes = elements / 2;
-  if (scale_bytes) *scale_bytes = elements / 32 * 2;
+  ops::w4a16_sizes(num_experts, n, k, packed_bytes, scale_bytes);
 }
 
 chord_indexed_weight_t indexed_pack(const chord_indexed_pack_args_t& a, CUstream stream) {
-  constexpr const char* op = "indexed_pack";
   size_t need_packed = 0, need_scale = 0;
-  if (a.bits == 4 && a.group_size == 32 && a.symmetric == 1 && a.scale_is_bf16 == 1) {
+  if (ops::w4a16_scheme_served(a.bits, a.group_size, a.symmetric, a.scale_is_bf16)) {
     indexed_weight_sizes(a.layout, a.num_experts, a.n, a.k, &need_packed, &need_scale);
   }
   const auto layout = static_cast<heuristics::IndexedLayout>(a.layout);
   ops::launch_w4a16_pack(
-      op, "indexed", a, need_packed, need_scale,
+      "indexed_pack", "indexed", a, need_packed, need_scale,
       [&](jit::Arch arch) { return ops::indexed_pack_descriptor(arch, layout, a.n, a.k); }, stream);
-  chord_indexed_weight_t w{};
-  w.struct_size = sizeof(w);
-  w.layout = a.layout;
-  w.num_experts = a.num_experts;
-  w.n = a.n;
-  w.k = a.k;
-  w.packed = a.packed;
-  w.scale = a.scale;
-  w.tag = ops::indexed_weight_tag(w);
-  return w;
+  return ops::w4a16_packed_weight(a, &chord_indexed_weight_t::layout, a.layout, ops::indexed_weight_tag);
 }
 
 int32_t indexed_block_m(int32_t layout, int32_t num_experts, int32_t n, int32_t k, int64_t routed_rows,

@@ -26,7 +26,7 @@ import chordrt  # noqa: E402
 from chordrt import GroupedMode  # noqa: E402
 from chordrt import moe_reference as mr  # noqa: E402
 from w4a16_testing import (  # noqa: E402
-    DEV, MAX_REL_ERR, MIN_COSINE, activations, check, checkpoint_weight, dequantized, exact_fp32, nan_out)
+    DEV, MAX_REL_ERR, MIN_COSINE, activations, check, checkpoint_weight, dequantized, exact_fp32, nan_out, require_sm90)
 
 ROW_ALIGN = 128  # contiguous: each expert's rows padded to a multiple of this
 # name -> (N, K); experts per GPU for Kimi K2's 384 at EP8 / EP16 / EP32
@@ -39,12 +39,7 @@ MASKED = GroupedMode.MASKED
 
 @pytest.fixture(scope="module", autouse=True)
 def _driver(chord):
-    info = chord.runtime_info()
-    if not info["driver_available"] or info["device_count"] < 1:
-        pytest.skip(f"torch sees a GPU but chordrt does not: {info}")
-    major, minor = torch.cuda.get_device_capability(DEV)
-    if major != 9:
-        pytest.skip(f"the grouped GEMMs are sm_90a kernels; this device is sm_{major}{minor}")
+    require_sm90(chord, "the grouped GEMMs are")
 
 
 # ---- data ---------------------------------------------------------------------------------------------

@@ -20,7 +20,8 @@ if not torch.cuda.is_available():
 import chordrt  # noqa: E402
 from chordrt import IndexedLayout  # noqa: E402
 from chordrt import moe_reference as mr  # noqa: E402
-from w4a16_testing import DEV, activations, check, checkpoint_weight, dequantized, exact_fp32, nan_out  # noqa: E402
+from w4a16_testing import (  # noqa: E402
+    DEV, activations, check, checkpoint_weight, dequantized, exact_fp32, nan_out, require_sm90)
 
 WGMMA, MMA = IndexedLayout.WGMMA, IndexedLayout.MMA
 KIMI_EP8 = {"gate_up": (4096, 7168, 48), "down": (7168, 2048, 48)}  # (N, K, local experts); 384 global
@@ -30,12 +31,7 @@ GLOBAL = 384
 
 @pytest.fixture(scope="module", autouse=True)
 def _driver(chord):
-    info = chord.runtime_info()
-    if not info["driver_available"] or info["device_count"] < 1:
-        pytest.skip(f"torch sees a GPU but chordrt does not: {info}")
-    major, minor = torch.cuda.get_device_capability(DEV)
-    if major != 9:
-        pytest.skip(f"the indexed prefill kernel is sm_90a; this device is sm_{major}{minor}")
+    require_sm90(chord, "the indexed prefill GEMM runs")
 
 
 _sources, _packed = {}, {}

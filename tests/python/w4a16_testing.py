@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 
+import pytest
 import torch
 
 from chordrt import moe_reference as mr
@@ -15,6 +16,16 @@ DEV = torch.device("cuda", torch.cuda.current_device())
 # through BF16 on the way: (nibble - 8) * scale rounded once).
 MAX_REL_ERR = 1e-2
 MIN_COSINE = 0.999
+
+
+def require_sm90(chord, what):
+    """Skips unless chordrt sees the GPU torch sees and it is compute capability 9.x (sm_90a kernels)."""
+    info = chord.runtime_info()
+    if not info["driver_available"] or info["device_count"] < 1:
+        pytest.skip(f"torch sees a GPU but chordrt does not: {info}")
+    major, minor = torch.cuda.get_device_capability(DEV)
+    if major != 9:
+        pytest.skip(f"{what} sm_90a kernels; this device is sm_{major}{minor}")
 
 
 def checkpoint_weight(experts, n, k, seed):

@@ -633,16 +633,21 @@ def warp_decode_moe(
 _GROUPED_SCHEME = (4, 32, 1, 1)  # bits, group_size, symmetric, scale_is_bf16
 
 
-def _grouped_mode(mode) -> GroupedMode:
-    """A GroupedMode from a GroupedMode, an int or a name ("contiguous", "masked"); ValueError otherwise."""
-    if isinstance(mode, str):
+def _enum(cls, value, what: str):
+    """A member of the IntEnum `cls` from a member, an int or a name; ValueError otherwise."""
+    if isinstance(value, str):
         try:
-            return GroupedMode[mode.upper()]
+            return cls[value.upper()]
         except KeyError:
-            raise ValueError(f"{mode!r} is not a valid GroupedMode (contiguous, masked)") from None
-    if isinstance(mode, bool) or not isinstance(mode, int):
-        raise ValueError(f"mode must be a GroupedMode, an int or a name, got {type(mode).__name__}")
-    return GroupedMode(mode)
+            names = ", ".join(m.name.lower() for m in cls)
+            raise ValueError(f"{value!r} is not a valid {cls.__name__} ({names})") from None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{what} must be a {cls.__name__}, an int or a name, got {type(value).__name__}")
+    return cls(value)
+
+
+def _grouped_mode(mode) -> GroupedMode:
+    return _enum(GroupedMode, mode, "mode")
 
 
 def _flag(value, op: str, name: str) -> int:
@@ -652,25 +657,19 @@ def _flag(value, op: str, name: str) -> int:
     return _check_int(value, op, name)
 
 
-class GroupedPackedWeight:
-    """A weight packed by grouped_pack() for one GroupedMode.
-
-    ``struct`` is the filled chord_grouped_weight_t that the GEMMs receive; ``packed`` (uint8, the mode's
-    layout) and ``scale`` (bf16, [E, K/32, N] flattened) are the device buffers it points into, owned
-    here (torch tensors, or raw addresses when the weight was packed in raw-pointer mode). Keep this
-    object alive as long as the GEMMs use it; the struct must not be edited (the library checks its tag).
-    """
+class _PackedWeight:
+    """A weight packed by one W4A16 family's packer: ``struct`` is the filled C weight struct the GEMMs
+    receive; ``packed`` and ``scale`` are the device buffers it points into, owned here (torch tensors, or
+    raw addresses when packed in raw-pointer mode). Keep it alive as long as the GEMMs use it; the struct
+    must not be edited (the library checks its tag). Subclasses name the struct's kind field and enum."""
 
     __slots__ = ("struct", "packed", "scale")
+    _kind, _kind_enum = "", None
 
-    def __init__(self, struct: GroupedWeight, packed, scale):
+    def __init__(self, struct, packed, scale):
         self.struct = struct
         self.packed = packed
         self.scale = scale
-
-    @property
-    def mode(self) -> GroupedMode:
-        return GroupedMode(self.struct.mode)
 
     @property
     def num_experts(self) -> int:
@@ -685,8 +684,20 @@ class GroupedPackedWeight:
         return int(self.struct.k)
 
     def __repr__(self) -> str:
-        return (f"GroupedPackedWeight(mode={self.mode.name}, num_experts={self.num_experts}, n={self.n}, "
-                f"k={self.k})")
+        kind = self._kind_enum(getattr(self.struct, self._kind)).name
+        return f"{type(self).__name__}({self._kind}={kind}, num_experts={self.num_experts}, n={self.n}, k={self.k})"
+
+
+class GroupedPackedWeight(_PackedWeight):
+    """A weight packed by grouped_pack() for one GroupedMode (``packed``: uint8 in the mode's layout,
+    ``scale``: bf16 [E, K/32, N] flattened)."""
+
+    __slots__ = ()
+    _kind, _kind_enum = "mode", GroupedMode
+
+    @property
+    def mode(self) -> GroupedMode:
+        return GroupedMode(self.struct.mode)
 
 
 def grouped_weight_sizes(mode, num_experts: int, n: int, k: int) -> Tuple[int, int]:

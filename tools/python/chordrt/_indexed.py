@@ -6,6 +6,8 @@ import ctypes
 from typing import Optional, Tuple
 
 from ._api import (
+    _enum,
+    _PackedWeight,
     _PackSpec,
     _TorchCall,
     _address,
@@ -22,53 +24,15 @@ from ._lib import IndexedArgs, IndexedLayout, IndexedPackArgs, IndexedProfile, I
 __all__ = ["IndexedPackedWeight", "indexed_weight_sizes", "indexed_pack", "indexed_block_m", "indexed_gemm"]
 
 
-def _enum(cls, value, what: str):
-    """A member of the IntEnum `cls` from a member, an int or a name; ValueError otherwise."""
-    if isinstance(value, str):
-        try:
-            return cls[value.upper()]
-        except KeyError:
-            names = ", ".join(m.name.lower() for m in cls)
-            raise ValueError(f"{value!r} is not a valid {cls.__name__} ({names})") from None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{what} must be a {cls.__name__}, an int or a name, got {type(value).__name__}")
-    return cls(value)
+class IndexedPackedWeight(_PackedWeight):
+    """A weight packed by indexed_pack() for one IndexedLayout."""
 
-
-class IndexedPackedWeight:
-    """A weight packed by indexed_pack() for one IndexedLayout.
-
-    ``struct`` is the filled chord_indexed_weight_t the GEMM receives; ``packed`` and ``scale`` are the
-    device buffers it points into (torch tensors, or raw addresses in raw-pointer mode). Keep this object
-    alive while the GEMM uses it; the struct must not be edited (the library checks its tag).
-    """
-
-    __slots__ = ("struct", "packed", "scale")
-
-    def __init__(self, struct: IndexedWeight, packed, scale):
-        self.struct = struct
-        self.packed = packed
-        self.scale = scale
+    __slots__ = ()
+    _kind, _kind_enum = "layout", IndexedLayout
 
     @property
     def layout(self) -> IndexedLayout:
         return IndexedLayout(self.struct.layout)
-
-    @property
-    def num_experts(self) -> int:
-        return int(self.struct.num_experts)
-
-    @property
-    def n(self) -> int:
-        return int(self.struct.n)
-
-    @property
-    def k(self) -> int:
-        return int(self.struct.k)
-
-    def __repr__(self) -> str:
-        return (f"IndexedPackedWeight(layout={self.layout.name}, num_experts={self.num_experts}, n={self.n}, "
-                f"k={self.k})")
 
 
 def indexed_weight_sizes(layout, num_experts: int, n: int, k: int) -> Tuple[int, int]:

@@ -184,27 +184,25 @@ class GroupedMode(enum.IntEnum):
     MASKED = 1  # decode: a fixed row budget per expert, counts on the device
 
 
-class GroupedWeight(_SizedStruct):
-    """chord_grouped_weight_t: a weight packed for one grouped mode (filled by chord_grouped_pack)."""
-
-    _fields_ = [
+def _w4a16_weight_fields(kind):
+    """The fields of chord_grouped_weight_t / chord_indexed_weight_t (kind: "mode" or "layout")."""
+    return [
         ("struct_size", ctypes.c_size_t),
-        ("mode", ctypes.c_int32),  # a chord_grouped_mode_t
+        (kind, ctypes.c_int32),
         ("num_experts", ctypes.c_int32),
         ("n", ctypes.c_int32),
         ("k", ctypes.c_int32),
         ("packed", ctypes.c_void_p),
-        ("scale", ctypes.c_void_p),  # BF16 [E, K/32, N]
+        ("scale", ctypes.c_void_p),
         ("tag", ctypes.c_uint64),
     ]
 
 
-class GroupedPackArgs(_SizedStruct):
-    """chord_grouped_pack_args_t (pointer fields are raw device addresses)."""
-
-    _fields_ = [
+def _w4a16_pack_args_fields(kind):
+    """The fields of chord_grouped_pack_args_t / chord_indexed_pack_args_t (pointers: raw addresses)."""
+    return [
         ("struct_size", ctypes.c_size_t),
-        ("mode", ctypes.c_int32),  # a chord_grouped_mode_t
+        (kind, ctypes.c_int32),
         ("num_experts", ctypes.c_int32),
         ("n", ctypes.c_int32),
         ("k", ctypes.c_int32),
@@ -219,6 +217,18 @@ class GroupedPackArgs(_SizedStruct):
         ("scale", ctypes.c_void_p),
         ("scale_bytes", ctypes.c_size_t),
     ]
+
+
+class GroupedWeight(_SizedStruct):
+    """chord_grouped_weight_t: a weight packed for one grouped mode (filled by chord_grouped_pack)."""
+
+    _fields_ = _w4a16_weight_fields("mode")
+
+
+class GroupedPackArgs(_SizedStruct):
+    """chord_grouped_pack_args_t."""
+
+    _fields_ = _w4a16_pack_args_fields("mode")
 
 
 class IndexedLayout(enum.IntEnum):
@@ -239,38 +249,13 @@ class IndexedProfile(enum.IntEnum):
 class IndexedWeight(_SizedStruct):
     """chord_indexed_weight_t: a weight packed for one indexed layout (filled by chord_indexed_pack)."""
 
-    _fields_ = [
-        ("struct_size", ctypes.c_size_t),
-        ("layout", ctypes.c_int32),  # a chord_indexed_layout_t
-        ("num_experts", ctypes.c_int32),
-        ("n", ctypes.c_int32),
-        ("k", ctypes.c_int32),
-        ("packed", ctypes.c_void_p),
-        ("scale", ctypes.c_void_p),
-        ("tag", ctypes.c_uint64),
-    ]
+    _fields_ = _w4a16_weight_fields("layout")
 
 
 class IndexedPackArgs(_SizedStruct):
-    """chord_indexed_pack_args_t (pointer fields are raw device addresses)."""
+    """chord_indexed_pack_args_t."""
 
-    _fields_ = [
-        ("struct_size", ctypes.c_size_t),
-        ("layout", ctypes.c_int32),  # a chord_indexed_layout_t
-        ("num_experts", ctypes.c_int32),
-        ("n", ctypes.c_int32),
-        ("k", ctypes.c_int32),
-        ("bits", ctypes.c_int32),
-        ("group_size", ctypes.c_int32),
-        ("symmetric", ctypes.c_int32),
-        ("scale_is_bf16", ctypes.c_int32),
-        ("weight_packed", ctypes.c_void_p),
-        ("weight_scale", ctypes.c_void_p),
-        ("packed", ctypes.c_void_p),
-        ("packed_bytes", ctypes.c_size_t),
-        ("scale", ctypes.c_void_p),
-        ("scale_bytes", ctypes.c_size_t),
-    ]
+    _fields_ = _w4a16_pack_args_fields("layout")
 
 
 class IndexedArgs(_SizedStruct):
