@@ -271,4 +271,64 @@ CHORD_API chord_status_t chord_indexed_gemm(const chord_indexed_args_t* args, CU
   });
 }
 
+CHORD_API size_t chord_mla_cache_record_bytes(int32_t format, int32_t rope_dims) {
+  return chordrt::mla_cache_record_bytes(format, rope_dims);
+}
+
+CHORD_API chord_status_t chord_mla_cache_write(const chord_mla_cache_write_args_t* args, CUstream stream) {
+  return guarded([&] {
+    if (!args) chordrt::throw_error(CHORD_ERROR_INVALID_ARGUMENT, "chord_mla_cache_write: args is null");
+    check_struct(args, sizeof(chord_mla_cache_write_args_t), "chord_mla_cache_write_args_t");
+    chordrt::mla_cache_write(*args, stream);
+  });
+}
+
+CHORD_API chord_status_t chord_sparse_mla_decode_workspace_size(const chord_sparse_mla_decode_args_t* args,
+                                                                size_t* bytes) {
+  return guarded([&] {
+    if (!args)
+      chordrt::throw_error(CHORD_ERROR_INVALID_ARGUMENT, "chord_sparse_mla_decode_workspace_size: args is null");
+    if (!bytes)
+      chordrt::throw_error(CHORD_ERROR_INVALID_ARGUMENT, "chord_sparse_mla_decode_workspace_size: bytes is null");
+    check_struct(args, sizeof(chord_sparse_mla_decode_args_t), "chord_sparse_mla_decode_args_t");
+    *bytes = chordrt::sparse_mla_decode_workspace_size(*args);
+  });
+}
+
+CHORD_API chord_status_t chord_sparse_mla_decode(const chord_sparse_mla_decode_args_t* args, CUstream stream) {
+  return guarded([&] {
+    if (!args) chordrt::throw_error(CHORD_ERROR_INVALID_ARGUMENT, "chord_sparse_mla_decode: args is null");
+    check_struct(args, sizeof(chord_sparse_mla_decode_args_t), "chord_sparse_mla_decode_args_t");
+    chordrt::sparse_mla_decode(*args, stream);
+  });
+}
+
+CHORD_API size_t chord_indexer_cache_page_bytes(int32_t page_size) {
+  return chordrt::indexer_cache_page_bytes(page_size);
+}
+
+CHORD_API chord_status_t chord_indexer_cache_write(const chord_indexer_cache_write_args_t* args, CUstream stream) {
+  return guarded([&] {
+    if (!args) chordrt::throw_error(CHORD_ERROR_INVALID_ARGUMENT, "chord_indexer_cache_write: args is null");
+    check_struct(args, sizeof(chord_indexer_cache_write_args_t), "chord_indexer_cache_write_args_t");
+    chordrt::indexer_cache_write(*args, stream);
+  });
+}
+
+CHORD_API chord_status_t chord_dsa_indexer_logits(const chord_dsa_indexer_args_t* args, CUstream stream) {
+  return guarded([&] {
+    if (!args) chordrt::throw_error(CHORD_ERROR_INVALID_ARGUMENT, "chord_dsa_indexer_logits: args is null");
+    check_struct(args, sizeof(chord_dsa_indexer_args_t), "chord_dsa_indexer_args_t");
+    chordrt::dsa_indexer_logits(*args, stream);
+  });
+}
+
+CHORD_API chord_status_t chord_dsa_topk(const chord_dsa_topk_args_t* args, CUstream stream) {
+  return guarded([&] {
+    if (!args) chordrt::throw_error(CHORD_ERROR_INVALID_ARGUMENT, "chord_dsa_topk: args is null");
+    check_struct(args, sizeof(chord_dsa_topk_args_t), "chord_dsa_topk_args_t");
+    chordrt::dsa_topk(*args, stream);
+  });
+}
+
 }  // extern "C"

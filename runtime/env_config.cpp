@@ -47,6 +47,7 @@ EnvConfig EnvConfig::from_environment() {
   c.record_misses = env("CHORD_RECORD_MISSES");
   c.warp_decode_override = env("CHORD_WARP_DECODE_CONFIG");
   c.grouped_override = env("CHORD_GROUPED_CONFIG");
+  c.mla_override = env("CHORD_MLA_CONFIG");
   return c;
 }
 

@@ -9,6 +9,8 @@
 //                         "gate_up.stages=4,down.warps=8" (keys in heuristics/warp_decode.hpp)
 //   CHORD_GROUPED_CONFIG  experiments: overrides of the grouped GEMM heuristics, e.g.
 //                         "block_m=64,slices=1,stages=6" (heuristics/grouped.hpp)
+//   CHORD_MLA_CONFIG      experiments: overrides of the sparse MLA decode heuristics, e.g.
+//                         "head_group=16,warps=8,stages=3,splits=4" (heuristics/sparse_mla.hpp)
 #pragma once
 
 #include <cstdint>
@@ -26,6 +28,7 @@ struct EnvConfig {
   std::string record_misses;
   std::string warp_decode_override;
   std::string grouped_override;
+  std::string mla_override;
 
   static EnvConfig from_environment();
 };

@@ -1,9 +1,12 @@
 #include "runtime/kernel_registry.hpp"
 
 #include "runtime/error.hpp"
+#include "runtime/ops/dsa_indexer.hpp"
 #include "runtime/ops/glue.hpp"
 #include "runtime/ops/grouped.hpp"
 #include "runtime/ops/indexed.hpp"
+#include "runtime/ops/mla_cache.hpp"
+#include "runtime/ops/sparse_mla.hpp"
 #include "runtime/ops/warp_decode.hpp"
 
 namespace chordrt {
@@ -12,9 +15,12 @@ std::string KernelProgram::source() const { return fmt::format("#include \"{}\"\
 
 std::span<const KernelFamily* const> kernel_families() {
   static const KernelFamily* const kFamilies[] = {
-      &ops::kMoeAlignFamily,       &ops::kSiluAndMulFamily,   &ops::kMoeCombineFamily,  &ops::kWarpDecodeGateUpFamily,
-      &ops::kWarpDecodeDownFamily, &ops::kGroupedPackFamily,  &ops::kGroupedGemmFamily, &ops::kIndexedPackFamily,
-      &ops::kIndexedPrefillFamily, &ops::kIndexedDecodeFamily};
+      &ops::kMoeAlignFamily,         &ops::kSiluAndMulFamily,       &ops::kMoeCombineFamily,
+      &ops::kWarpDecodeGateUpFamily, &ops::kWarpDecodeDownFamily,   &ops::kGroupedPackFamily,
+      &ops::kGroupedGemmFamily,      &ops::kIndexedPackFamily,      &ops::kIndexedPrefillFamily,
+      &ops::kIndexedDecodeFamily,    &ops::kSparseMlaDecodeFamily,  &ops::kSparseMlaCombineFamily,
+      &ops::kMlaCacheWriteFamily,    &ops::kDsaKeyCacheWriteFamily, &ops::kDsaIndexerLogitsFamily,
+      &ops::kDsaTopkFamily};
   return kFamilies;
 }
 

@@ -15,6 +15,16 @@ __device__ __forceinline__ void mma_bf16_m16n8k16(float (&d)[4], const uint32_t 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// D = A * B + D for one m16n8k32 tile, E4M3 operands, FP32 accumulators. 8-bit fragments (PTX ISA): lane
+// (g, t) holds a = {A[g][4t..4t+3], A[g+8][4t..], A[g][16+4t..], A[g+8][16+4t..]} (lowest k in the lowest
+// byte), b = {B[4t..4t+3][g], B[16+4t..][g]} and d as for m16n8k16.
+__device__ __forceinline__ void mma_e4m3_m16n8k32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
 // Bytes of (lo, hi) picked by a prmt selector.
 __device__ __forceinline__ uint32_t byte_perm(uint32_t lo, uint32_t hi, uint32_t selector) {
   uint32_t r;

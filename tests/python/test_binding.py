@@ -785,3 +785,48 @@ def test_grouped_pack_without_a_driver_reports_it(chord, info, device_addresses)
     with pytest.raises(chord.ChordError) as excinfo:
         chord.grouped_pack(**_grouped_pack_args(chord, device_addresses))
     assert excinfo.value.status in {chord.Status.NO_DRIVER, chord.Status.NO_DEVICE}
+
+
+# ---- sparse MLA: record sizes and the cache writer's raw-pointer mode ------------------------------------------
+
+
+def test_mla_cache_record_bytes(chord):
+    assert chord.mla_cache_record_bytes("fp8_ds_mla", 64) == 656
+    assert chord.mla_cache_record_bytes(chord.MlaCacheFormat.FP8_DS_MLA, 0) == 528
+    assert chord.mla_cache_record_bytes("bf16", 64) == 1152
+    assert chord.mla_cache_record_bytes(1, 0) == 1024
+    assert chord.mla_cache_record_bytes("bf16", 32) == 0
+    assert "format" in raises_invalid(chord.mla_cache_record_bytes, "fp4", 64)
+
+
+def _mla_write_args(device_addresses, **over):
+    kv, slots, cache = device_addresses(3)
+    args = dict(kv=kv, slot_mapping=slots, cache=cache, format="fp8_ds_mla", rope_dims=64, num_tokens=4, num_slots=64)
+    args.update(over)
+    return args
+
+
+@pytest.mark.parametrize(
+    "over, word",
+    [({"rope_dims": 32}, "rope_dims"), ({"num_tokens": -1}, "num_tokens"), ({"num_slots": 0}, "num_slots"),
+     ({"kv": 0}, "kv is null"), ({"cache": 8}, "16-byte aligned"), ({"rope_dims": None}, "rope_dims is required"),
+     ({"num_slots": None}, "num_slots is required"), ({"format": "fp4"}, "format")],
+)
+def test_mla_cache_write_bad_arguments(chord, device_addresses, over, word):
+    assert word in raises_invalid(chord.mla_cache_write, **_mla_write_args(device_addresses, **over))
+
+
+def test_mla_cache_write_of_zero_tokens_is_a_no_op(chord):
+    assert chord.mla_cache_write(0, 0, 0, "bf16", 0, num_tokens=0, num_slots=1) is None
+
+
+def test_mla_cache_write_without_a_driver_reports_it(chord, info, device_addresses):
+    if info["driver_available"]:
+        pytest.skip("a driver is present: a complete call would launch")
+    with pytest.raises(chord.ChordError) as excinfo:
+        chord.mla_cache_write(**_mla_write_args(device_addresses))
+    assert excinfo.value.status in {chord.Status.NO_DRIVER, chord.Status.NO_DEVICE}
+
+
+def test_sparse_mla_decode_needs_tensors(chord):
+    assert "torch tensors" in raises_invalid(chord.sparse_mla_decode, 0, 0, 0, 0.1)

@@ -290,6 +290,123 @@ typedef struct chord_indexed_args {
  * [M*topk, I] activations, then chord_moe_combine. Graph-capturable when validate = 0. */
 CHORD_API chord_status_t chord_indexed_gemm(const chord_indexed_args_t* args, CUstream stream);
 
+/* ---- Sparse MLA decode (DeepSeek-V3.2 / Mistral Large 4 attention) ---------------------------------- */
+typedef enum chord_mla_cache_format {
+  /* per token: 512 E4M3 latent values, 4 FP32 scales (one per 128 values, value = e4m3 * scale), then
+   * rope_dims BF16 RoPE values: 656 bytes with 64 RoPE dims, 528 on NoPE layers */
+  CHORD_MLA_CACHE_FP8_DS_MLA = 0,
+  /* per token: 512 + rope_dims BF16 values: 1152 bytes, 1024 on NoPE layers */
+  CHORD_MLA_CACHE_BF16 = 1
+} chord_mla_cache_format_t;
+
+/* Bytes of one token's record in a cache of `format` (a chord_mla_cache_format_t) with rope_dims 64 or 0;
+ * 0 for anything else. A paged cache is [num_pages, page_size] records, so slot s is record s. */
+CHORD_API size_t chord_mla_cache_record_bytes(int32_t format, int32_t rope_dims);
+
+typedef struct chord_mla_cache_write_args {
+  size_t struct_size;
+  int32_t format;              /* a chord_mla_cache_format_t */
+  int32_t rope_dims;           /* 64, or 0 on NoPE layers */
+  int64_t num_tokens;          /* rows of kv */
+  const void* kv;              /* [num_tokens, 512 + rope_dims] BF16, contiguous, 16-byte aligned */
+  const int64_t* slot_mapping; /* [num_tokens]: the record each row goes to; -1 (or >= num_slots) = skip */
+  void* cache;                 /* [num_slots] records, 16-byte aligned */
+  int64_t num_slots;
+} chord_mla_cache_write_args_t;
+
+/* Quantizes (fp8_ds_mla: per 128-value tile scale = max(amax / 448, FLT_MIN), values RN(x / scale)
+ * saturated to E4M3; RoPE kept BF16) or copies (BF16) each row into its record. */
+CHORD_API chord_status_t chord_mla_cache_write(const chord_mla_cache_write_args_t* args, CUstream stream);
+
+typedef struct chord_sparse_mla_decode_args {
+  size_t struct_size;
+  int32_t format;             /* the cache's chord_mla_cache_format_t */
+  int32_t num_heads;          /* h on this GPU: a multiple of 8 up to 128 (8/16/32/64/128 are the presets) */
+  int32_t rope_dims;          /* 64, or 0 on NoPE layers */
+  int32_t topk;               /* indices per query token: a multiple of 64 */
+  int64_t num_tokens;         /* T query tokens (a decode batch, or a prefill chunk) */
+  const void* q;              /* [T, h, 512 + rope_dims] BF16, contiguous, 16-byte aligned */
+  const void* cache;          /* [num_slots] records of `format`, 16-byte aligned */
+  int64_t num_slots;          /* indices outside [0, num_slots) count as invalid, like -1 */
+  const int32_t* indices;     /* [T, topk] cache slots; -1 = invalid (skipped) */
+  const int32_t* topk_length; /* optional [T]: only indices[t, :topk_length[t]] count */
+  const float* attn_sink;     /* optional [h]: a logit per head that joins the softmax denominator only */
+  float softmax_scale;
+  void* out;       /* [T, h, 512] BF16; zero where a query has no valid key */
+  float* lse;      /* [T, h] natural-log sum of exp(scale * q.k) over valid keys (the sink not
+                      included); +inf where a query has no valid key */
+  void* workspace; /* >= chord_sparse_mla_decode_workspace_size() bytes, 16-byte aligned; may be
+                      NULL when that size is 0 */
+  size_t workspace_bytes;
+} chord_sparse_mla_decode_args_t;
+
+/* Bytes of FP32 partial results the split top-k needs for these args on the current context's device
+ * (0 when the heuristic does not split). Depends on num_tokens, num_heads, topk and the device only. */
+CHORD_API chord_status_t chord_sparse_mla_decode_workspace_size(const chord_sparse_mla_decode_args_t* args,
+                                                                size_t* bytes);
+
+/* Attention of each query token over its selected cache records: out = softmax(scale * q K^T) V with
+ * K = the 512 + rope_dims dims of each record and V its first 512. Graph-capturable. */
+CHORD_API chord_status_t chord_sparse_mla_decode(const chord_sparse_mla_decode_args_t* args, CUstream stream);
+
+/* ---- DSA indexer ----------------------------------------------------------------------------------- */
+/* The indexer key cache: pages of page_size tokens, 132 bytes per token; within a page the page_size
+ * 128-byte E4M3 keys come first, then the page_size FP32 scales (key value = e4m3 * scale). */
+CHORD_API size_t chord_indexer_cache_page_bytes(int32_t page_size);
+
+typedef struct chord_indexer_cache_write_args {
+  size_t struct_size;
+  int64_t num_tokens;
+  const void* k;               /* [num_tokens, 128] BF16, contiguous, 16-byte aligned */
+  const int64_t* slot_mapping; /* [num_tokens]: page = slot / page_size; -1 (or >= num_pages*page_size) = skip */
+  void* cache;                 /* [num_pages] pages, 16-byte aligned */
+  int32_t page_size;           /* tokens per page, 1..1024 */
+  int64_t num_pages;
+} chord_indexer_cache_write_args_t;
+
+/* Per token: scale = max(amax / 448, FLT_MIN), values RN(k / scale) saturated to E4M3. */
+CHORD_API chord_status_t chord_indexer_cache_write(const chord_indexer_cache_write_args_t* args, CUstream stream);
+
+typedef struct chord_dsa_indexer_args {
+  size_t struct_size;
+  int32_t num_heads;          /* H_i indexer heads: 32 or 64 (any multiple of 8 up to 128) */
+  int64_t num_tokens;         /* T query tokens */
+  const void* q;              /* [T, H_i, 128] E4M3, contiguous, 16-byte aligned */
+  const float* weights;       /* [T, H_i]: per-head weights (with q's scale folded in) */
+  const void* cache;          /* the indexer key cache (chord_indexer_cache_page_bytes(page_size) per page) */
+  int32_t page_size;          /* 1..1024 */
+  int64_t num_pages;          /* pages in the cache: block-table entries outside [0, num_pages) are invalid */
+  const int32_t* block_table; /* [T, max_pages_per_seq]: query t's context position p is in page
+                                 block_table[t, p / page_size] */
+  int32_t max_pages_per_seq;
+  const int32_t* context_lens; /* [T]: query t sees positions [0, context_lens[t]) */
+  int32_t max_context;         /* logits row length: >= every context_lens[t], a multiple of 4 */
+  float* logits;               /* [T, max_context] FP32: sum_h w[t,h] * relu(q[t,h] . k_p) * scale_p; -inf
+                                  past context_lens[t] */
+} chord_dsa_indexer_args_t;
+
+/* The indexer's logits for every (query, context position). Graph-capturable. */
+CHORD_API chord_status_t chord_dsa_indexer_logits(const chord_dsa_indexer_args_t* args, CUstream stream);
+
+typedef struct chord_dsa_topk_args {
+  size_t struct_size;
+  int64_t num_tokens;  /* T rows */
+  int32_t topk;        /* k selected per row (2048 in DSA), 1..4096 */
+  const float* logits; /* [T, max_context] as written by chord_dsa_indexer_logits */
+  int32_t max_context;
+  const int32_t* context_lens; /* [T]: only positions [0, context_lens[t]) compete */
+  const int32_t* block_table;  /* optional [T, max_pages_per_seq]: convert positions to cache slots
+                                  (block_table[t, p / page_size] * page_size + p % page_size) */
+  int32_t max_pages_per_seq;
+  int32_t page_size;
+  int32_t* indices; /* [T, topk]: the positions (or slots) of the topk largest logits, in no particular
+                       order (ties broken arbitrarily); -1 past min(topk, context_lens[t]) */
+} chord_dsa_topk_args_t;
+
+/* Top-k selection per row (radix select); its output feeds chord_sparse_mla_decode's indices (with
+ * topk_length = min(topk, context_lens)). Graph-capturable. */
+CHORD_API chord_status_t chord_dsa_topk(const chord_dsa_topk_args_t* args, CUstream stream);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

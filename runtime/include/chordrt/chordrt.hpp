@@ -131,4 +131,17 @@ CHORD_API int32_t indexed_block_m(int32_t layout, int32_t num_experts, int32_t n
                                   int32_t profile = CHORD_INDEXED_PROFILE_AUTO);
 CHORD_API void indexed_gemm(const chord_indexed_args_t& args, CUstream stream);
 
+// ---- Sparse MLA decode and the DSA indexer -----------------------------------------------------------
+// As the chord_* functions (same structs); errors are thrown as chordrt::Error.
+
+CHORD_API size_t mla_cache_record_bytes(int32_t format, int32_t rope_dims);
+CHORD_API void mla_cache_write(const chord_mla_cache_write_args_t& args, CUstream stream);
+CHORD_API size_t sparse_mla_decode_workspace_size(const chord_sparse_mla_decode_args_t& args);
+CHORD_API void sparse_mla_decode(const chord_sparse_mla_decode_args_t& args, CUstream stream);
+
+CHORD_API size_t indexer_cache_page_bytes(int32_t page_size);
+CHORD_API void indexer_cache_write(const chord_indexer_cache_write_args_t& args, CUstream stream);
+CHORD_API void dsa_indexer_logits(const chord_dsa_indexer_args_t& args, CUstream stream);
+CHORD_API void dsa_topk(const chord_dsa_topk_args_t& args, CUstream stream);
+
 }  // namespace chordrt

@@ -9,6 +9,10 @@
     out = chordrt.grouped_masked(a, w, masked_m, expected_m=16)
     w = chordrt.indexed_pack(weight_packed, weight_scale, chordrt.IndexedLayout.MMA)          # vLLM routing
     out = chordrt.indexed_gemm(a, w, sorted_ids, expert_ids, n, top_k=8, block_m=16)
+    logits = chordrt.dsa_indexer_logits(q, weights, cache, block_table, context_lens, page_size=64)  # DSA
+    indices = chordrt.dsa_topk(logits, context_lens, 2048, block_table=block_table, page_size=64)
+    chordrt.mla_cache_write(kv, slot_mapping, cache)                          # sparse MLA
+    out, lse = chordrt.sparse_mla_decode(q, cache, indices, softmax_scale)
 
 The shared library is found through $CHORDRT_LIBRARY, else the repository's build trees
 (<repo>/build*/libchordrt.so, newest first), else ctypes.util.find_library("chordrt"); it is loaded on
@@ -34,13 +38,17 @@ from ._api import (
     warp_decode_moe,
     warp_decode_moe_workspace_size,
 )
+from ._dsa import dsa_indexer_logits, dsa_topk, indexer_cache_page_bytes, indexer_cache_write
 from ._indexed import IndexedPackedWeight, indexed_block_m, indexed_gemm, indexed_pack, indexed_weight_sizes
+from ._mla import mla_cache_record_bytes, mla_cache_write, sparse_mla_decode, sparse_mla_decode_workspace_size
 from ._lib import (
     ABI_VERSION,
     ENV_LIBRARY,
     FUNCTIONS,
     STRUCTS,
     ChordError,
+    DsaIndexerArgs,
+    DsaTopkArgs,
     GroupedMode,
     GroupedPackArgs,
     GroupedWeight,
@@ -49,11 +57,15 @@ from ._lib import (
     IndexedPackArgs,
     IndexedProfile,
     IndexedWeight,
+    IndexerCacheWriteArgs,
     LibraryNotFoundError,
+    MlaCacheFormat,
+    MlaCacheWriteArgs,
     MoeAlignOptions,
     MoeCombineOptions,
     PrewarmSummary,
     RuntimeInfo,
+    SparseMlaDecodeArgs,
     Status,
     WarpDecodeMoeArgs,
     WeightFormat,
@@ -70,6 +82,8 @@ __all__ = [
     "FUNCTIONS",
     "STRUCTS",
     "ChordError",
+    "DsaIndexerArgs",
+    "DsaTopkArgs",
     "GroupedMode",
     "GroupedPackArgs",
     "GroupedPackedWeight",
@@ -80,15 +94,21 @@ __all__ = [
     "IndexedPackedWeight",
     "IndexedProfile",
     "IndexedWeight",
+    "IndexerCacheWriteArgs",
     "LibraryNotFoundError",
+    "MlaCacheFormat",
+    "MlaCacheWriteArgs",
     "MoeAlignOptions",
     "MoeCombineOptions",
     "PrewarmSummary",
     "RuntimeInfo",
+    "SparseMlaDecodeArgs",
     "Status",
     "WarpDecodeMoeArgs",
     "WeightFormat",
     "abi_version",
+    "dsa_indexer_logits",
+    "dsa_topk",
     "grouped_contiguous",
     "grouped_masked",
     "grouped_pack",
@@ -97,10 +117,14 @@ __all__ = [
     "indexed_gemm",
     "indexed_pack",
     "indexed_weight_sizes",
+    "indexer_cache_page_bytes",
+    "indexer_cache_write",
     "last_error",
     "lib",
     "library_candidates",
     "library_path",
+    "mla_cache_record_bytes",
+    "mla_cache_write",
     "moe_align",
     "moe_align_expert_ids_capacity",
     "moe_align_sorted_capacity",
@@ -108,6 +132,8 @@ __all__ = [
     "prewarm_model",
     "runtime_info",
     "silu_and_mul",
+    "sparse_mla_decode",
+    "sparse_mla_decode_workspace_size",
     "status_string",
     "version",
     "warp_decode_moe",

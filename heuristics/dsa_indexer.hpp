@@ -1,0 +1,65 @@
+// Launch configuration of the DSA indexer kernels (key-cache writer, logits, top-k): pure functions of
+// the shape and the device facts.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "heuristics/device_facts.hpp"
+
+namespace chordrt::heuristics {
+
+inline constexpr int kDsaHeadDim = 128;
+inline constexpr int kDsaTokenBytes = kDsaHeadDim + 4;  // E4M3 key + FP32 scale
+inline constexpr int kDsaMaxPageSize = 1024;
+inline constexpr int kDsaMaxHeads = 128;
+inline constexpr int kDsaMaxTopk = 4096;
+
+// Bytes of one cache page of page_size tokens (0 outside [1, kDsaMaxPageSize]).
+int64_t dsa_cache_page_bytes(int64_t page_size);
+
+struct DsaKeyCacheWriteConfig {
+  int warps;  // tokens per CTA (a warp per token)
+};
+DsaKeyCacheWriteConfig select_dsa_key_cache_write();
+// CTAs for num_tokens rows (the kernel strides over the rest).
+uint32_t dsa_key_cache_write_grid(int64_t num_tokens, const DsaKeyCacheWriteConfig& c, const DeviceFacts& facts = {});
+
+struct DsaLogitsShape {
+  int heads;
+  int page_size;
+  int64_t num_tokens;
+  int32_t max_context;
+};
+
+struct DsaLogitsConfig {
+  int key_warps;     // warps along the keys: a stage is key_warps * 32 keys
+  int head_groups;   // 1 (up to 64 heads per warp in registers) or 2 (the heads split over two warps)
+  int stages;        // cp.async ring depth
+  int keys_per_cta;  // context positions per CTA (a multiple of key_warps * 32)
+};
+// key_warps 4; head_groups 2 above 64 heads; keys_per_cta the largest power of two in [512, 8192] that
+// still gives >= 8 waves of resident CTAs (CTAs = tokens * ceil(max_context / keys_per_cta); the host
+// cannot see context_lens, so max_context stands for every row); page size 1 caps it at 2048 (its page
+// list is 4 bytes per key); stages the deepest ring (2..8) that keeps the resident CTAs per SM (3 for one
+// head group: 152 registers; 1 for two) in shared memory.
+DsaLogitsConfig select_dsa_logits(const DsaLogitsShape& s, const DeviceFacts& facts = {});
+// CTAs of one config resident per SM (register-limited).
+int dsa_logits_ctas_per_sm(const DsaLogitsConfig& c);
+int dsa_logits_dynamic_smem(int heads, int page_size, const DsaLogitsConfig& c);
+// Position ranges per query row: ceil(max_context / keys_per_cta).
+int64_t dsa_logits_chunks(int32_t max_context, const DsaLogitsConfig& c);
+// Why (heads, page_size, c) is not a kernel the template accepts ("" when it is).
+std::string dsa_logits_config_error(int heads, int page_size, const DsaLogitsConfig& c, const DeviceFacts& facts = {});
+
+struct DsaTopkConfig {
+  int threads;     // one CTA per row
+  int candidates;  // shared-memory capacity for the values of the first digit's threshold bin
+};
+// 1024 threads (a row of 64K logits is 16 16-byte loads per thread per pass), 8192 candidates (bin
+// occupancy at the top-2048 threshold of 64K Gaussian-like logits is ~1-2K).
+DsaTopkConfig select_dsa_topk(int topk, const DeviceFacts& facts = {});
+int dsa_topk_dynamic_smem(const DsaTopkConfig& c);
+std::string dsa_topk_config_error(const DsaTopkConfig& c, const DeviceFacts& facts = {});
+
+}  // namespace chordrt::heuristics

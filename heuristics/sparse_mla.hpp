@@ -1,0 +1,61 @@
+// Launch configuration of sparse MLA decode: the head group a CTA owns (the MMA N extent), its warps and
+// pipeline depth, and how many CTAs split each query's top-k. Pure functions of the shape and device.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "heuristics/device_facts.hpp"
+
+namespace chordrt::heuristics {
+
+enum class MlaCacheFormat : int { kFp8DsMla = 0, kBf16 = 1 };
+
+inline constexpr int kMlaNopeDims = 512;
+inline constexpr int kMlaBlockKeys = 64;  // keys per pipeline stage
+inline constexpr int kMlaMaxHeads = 128;
+inline constexpr int kMlaMaxSplits = 64;
+inline constexpr int64_t kMlaMaxTokens = 65535;  // grid.y
+
+// Bytes of one token's record (SPEC §3.4); 0 for an unknown format or RoPE dims other than 0 / 64.
+size_t mla_record_bytes(MlaCacheFormat format, int rope_dims);
+
+struct SparseMlaShape {
+  MlaCacheFormat format = MlaCacheFormat::kFp8DsMla;
+  int rope_dims = 64;
+  int num_heads = 0;
+  int topk = 0;
+  int64_t num_tokens = 0;
+};
+
+struct SparseMlaConfig {
+  int head_group;  // heads per CTA: 8, 16, 32 or 64 (a divisor of num_heads)
+  int warps;       // 4 or 8: four 16-key groups, times two head (or, at 8 heads, dim) splits
+  int stages;      // 64-key blocks in flight per CTA
+  int splits;      // CTAs sharing one (token, head group)'s top-k; > 1 adds the combine kernel
+  int blocks_per_split;
+};
+
+// Dynamic shared memory of the decode kernel (mirrors kernels_src/mla/decode.cuh's DecodeSmem).
+size_t sparse_mla_dynamic_smem(MlaCacheFormat format, int rope_dims, int head_group, int warps, int stages);
+
+// Head group, warps and stages for the shape (no split yet).
+SparseMlaConfig select_sparse_mla_kernel(const SparseMlaShape& s, const DeviceFacts& facts);
+// Adds the split: the count that minimizes waves x blocks per split (+ the combine's cost) on the SMs.
+SparseMlaConfig select_sparse_mla(const SparseMlaShape& s, const DeviceFacts& facts);
+
+// CTAs of one config resident per SM (shared memory and registers).
+int sparse_mla_ctas_per_sm(const SparseMlaShape& s, const SparseMlaConfig& c);
+
+// Workspace bytes for the FP32 partials (0 without a split).
+size_t sparse_mla_workspace_bytes(const SparseMlaShape& s, const SparseMlaConfig& c);
+
+// "head_group=16,warps=4,stages=2,splits=8" (any subset): experiment overrides; returns an error
+// message or "" (the result is validated by the caller against the shape).
+std::string apply_sparse_mla_override(std::string_view spec, SparseMlaConfig& c);
+// "" when the config can serve the shape, else why not.
+std::string sparse_mla_config_error(const SparseMlaShape& s, const SparseMlaConfig& c, const DeviceFacts& facts);
+
+}  // namespace chordrt::heuristics

@@ -1,0 +1,20 @@
+// The DSA indexer kernel families (key-cache writer, logits, top-k) and their descriptor builders
+// (shared by dispatch and prewarm).
+#pragma once
+
+#include "heuristics/dsa_indexer.hpp"
+#include "jit_cache/descriptor.hpp"
+#include "runtime/kernel_registry.hpp"
+
+namespace chordrt::ops {
+
+extern const KernelFamily kDsaKeyCacheWriteFamily;
+extern const KernelFamily kDsaIndexerLogitsFamily;
+extern const KernelFamily kDsaTopkFamily;
+
+jit::Descriptor dsa_key_cache_write_descriptor(jit::Arch arch, const heuristics::DsaKeyCacheWriteConfig& c);
+jit::Descriptor dsa_indexer_logits_descriptor(jit::Arch arch, int heads, int page_size,
+                                              const heuristics::DsaLogitsConfig& c);
+jit::Descriptor dsa_topk_descriptor(jit::Arch arch, const heuristics::DsaTopkConfig& c);
+
+}  // namespace chordrt::ops

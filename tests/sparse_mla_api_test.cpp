@@ -1,0 +1,185 @@
+// Sparse MLA decode without a GPU: record sizes, the launch heuristics (pure functions) and the C ABI's
+// argument validation (every check that runs before a context is needed).
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "chordrt/chordrt.h"
+#include "heuristics/sparse_mla.hpp"
+#include "runtime/kernel_registry.hpp"
+#include "runtime/ops/sparse_mla.hpp"
+#include "tests/test_support.hpp"
+
+using Catch::Matchers::Contains;
+using chordrt::heuristics::MlaCacheFormat;
+using chordrt::heuristics::SparseMlaConfig;
+using chordrt::heuristics::SparseMlaShape;
+using chordrt::test::kHopper;
+
+namespace {
+
+const chordrt::heuristics::DeviceFacts kH200{};
+
+SparseMlaShape shape(int heads, int64_t tokens, int topk = 2048, MlaCacheFormat f = MlaCacheFormat::kFp8DsMla,
+                     int rope = 64) {
+  return {f, rope, heads, topk, tokens};
+}
+
+alignas(64) unsigned char g_host[4096];
+
+chord_sparse_mla_decode_args_t valid_args() {
+  chord_sparse_mla_decode_args_t a{};
+  a.struct_size = sizeof a;
+  a.format = CHORD_MLA_CACHE_FP8_DS_MLA;
+  a.num_heads = 8;
+  a.rope_dims = 64;
+  a.topk = 2048;
+  a.num_tokens = 4;
+  a.q = a.cache = g_host;
+  a.num_slots = 4096;
+  a.indices = reinterpret_cast<const int32_t*>(g_host);
+  a.softmax_scale = 0.0417f;
+  a.out = g_host;
+  a.lse = reinterpret_cast<float*>(g_host);
+  return a;
+}
+
+void expect_error(const chord_sparse_mla_decode_args_t& a, std::initializer_list<const char*> words) {
+  CHECK(chord_sparse_mla_decode(&a, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
+  const std::string msg = chord_last_error();
+  for (const char* w : words) CHECK_THAT(msg, Contains(w));
+}
+
+}  // namespace
+
+TEST_CASE("sparse MLA record sizes", "[sparse_mla]") {
+  CHECK(chord_mla_cache_record_bytes(CHORD_MLA_CACHE_FP8_DS_MLA, 64) == 656);
+  CHECK(chord_mla_cache_record_bytes(CHORD_MLA_CACHE_FP8_DS_MLA, 0) == 528);
+  CHECK(chord_mla_cache_record_bytes(CHORD_MLA_CACHE_BF16, 64) == 1152);
+  CHECK(chord_mla_cache_record_bytes(CHORD_MLA_CACHE_BF16, 0) == 1024);
+  CHECK(chord_mla_cache_record_bytes(CHORD_MLA_CACHE_BF16, 32) == 0);
+  CHECK(chord_mla_cache_record_bytes(7, 64) == 0);
+  CHECK(chordrt::heuristics::mla_record_bytes(MlaCacheFormat::kFp8DsMla, 64) == 656);
+}
+
+TEST_CASE("sparse MLA heuristics: head groups, warps and the split", "[sparse_mla]") {
+  using chordrt::heuristics::select_sparse_mla;
+  // Few heads: one CTA per (token, all heads), the top-k split so T * splits fills the SMs.
+  const SparseMlaConfig one = select_sparse_mla(shape(8, 1), kH200);
+  CHECK(one.head_group == 8);
+  CHECK(one.warps == 8);
+  CHECK(one.splits == 32);
+  CHECK(one.blocks_per_split == 1);
+  CHECK(select_sparse_mla(shape(8, 128), kH200).splits == 2);
+  CHECK(select_sparse_mla(shape(8, 256), kH200).splits == 1);
+  CHECK(select_sparse_mla(shape(8, 1000), kH200).splits == 1);
+  CHECK(select_sparse_mla(shape(16, 1), kH200).head_group == 16);
+  // Many heads: 32-head groups on 8 warps.
+  const SparseMlaConfig wide = select_sparse_mla(shape(128, 128), kH200);
+  CHECK(wide.head_group == 32);
+  CHECK(wide.warps == 8);
+  CHECK(wide.splits == 1);
+  CHECK(select_sparse_mla(shape(24, 1), kH200).head_group == 8);
+  for (int heads : {8, 16, 32, 64, 128}) {
+    for (int64_t tokens : {1, 3, 8, 32, 64, 128, 256, 1000}) {
+      for (int topk : {64, 128, 2048, 4096}) {
+        const SparseMlaShape s = shape(heads, tokens, topk);
+        const SparseMlaConfig c = select_sparse_mla(s, kH200);
+        INFO("h=" << heads << " T=" << tokens << " topk=" << topk);
+        CHECK(chordrt::heuristics::sparse_mla_config_error(s, c, kH200).empty());
+        const int blocks = topk / 64;
+        CHECK(c.splits * c.blocks_per_split >= blocks);
+        CHECK((c.splits - 1) * c.blocks_per_split < blocks);  // no empty split
+        CHECK(chordrt::heuristics::sparse_mla_dynamic_smem(s.format, s.rope_dims, c.head_group, c.warps, c.stages) <=
+              static_cast<size_t>(kH200.max_smem_per_block_optin));
+        CHECK(chordrt::heuristics::sparse_mla_workspace_bytes(s, c) ==
+              (c.splits > 1 ? static_cast<size_t>(tokens) * heads * c.splits * 513 * 4 : 0));
+      }
+    }
+  }
+}
+
+TEST_CASE("sparse MLA overrides are parsed and checked", "[sparse_mla]") {
+  using chordrt::heuristics::apply_sparse_mla_override;
+  using chordrt::heuristics::sparse_mla_config_error;
+  SparseMlaConfig c = chordrt::heuristics::select_sparse_mla(shape(16, 4), kH200);
+  CHECK(apply_sparse_mla_override("head_group=8,warps=4,stages=3", c).empty());
+  CHECK(c.head_group == 8);
+  CHECK(c.stages == 3);
+  CHECK_THAT(apply_sparse_mla_override("tiles=2", c), Contains("unknown field"));
+  CHECK_THAT(apply_sparse_mla_override("stages=x", c), Contains("bad value"));
+  CHECK_THAT(apply_sparse_mla_override("stages", c), Contains("field=value"));
+  SparseMlaConfig bad = c;
+  bad.head_group = 32;
+  CHECK_THAT(sparse_mla_config_error(shape(16, 4), bad, kH200), Contains("divide"));
+  bad = c;
+  bad.splits = 33;
+  CHECK_THAT(sparse_mla_config_error(shape(16, 4), bad, kH200), Contains("splits"));
+  bad = c;
+  bad.head_group = 64;
+  bad.warps = 8;
+  bad.stages = 8;
+  CHECK_THAT(sparse_mla_config_error(shape(64, 4), bad, kH200), Contains("shared memory"));
+}
+
+TEST_CASE("sparse MLA descriptors are checked by the family", "[sparse_mla]") {
+  const SparseMlaShape s = shape(16, 1);
+  const auto d =
+      chordrt::ops::sparse_mla_decode_descriptor(kHopper, s, chordrt::heuristics::select_sparse_mla(s, kH200));
+  const chordrt::KernelProgram p = chordrt::family_of(d).program(d);
+  CHECK(p.threads == 256);
+  CHECK_THAT(p.name_expression, Contains("sparse_mla_decode_kernel<0, 64, 16, 16, 8,"));
+  CHECK(p.dynamic_smem == chordrt::heuristics::sparse_mla_dynamic_smem(MlaCacheFormat::kFp8DsMla, 64, 16, 8, 2));
+  const auto bad = chordrt::ops::sparse_mla_decode_descriptor(kHopper, shape(16, 1), SparseMlaConfig{24, 4, 2, 1, 32});
+  CHECK_THROWS_WITH(chordrt::family_of(bad).program(bad), Contains("head_group"));
+}
+
+TEST_CASE("sparse MLA decode argument validation", "[sparse_mla]") {
+  CHECK(chord_sparse_mla_decode(nullptr, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
+  auto a = valid_args();
+  a.struct_size = 8;
+  CHECK(chord_sparse_mla_decode(&a, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
+  a = valid_args();
+  a.format = 2;
+  expect_error(a, {"cache format", "2"});
+  a = valid_args();
+  a.rope_dims = 32;
+  expect_error(a, {"rope_dims", "32"});
+  a = valid_args();
+  a.num_heads = 12;
+  expect_error(a, {"num_heads", "12"});
+  a.num_heads = 136;
+  expect_error(a, {"num_heads", "136"});
+  a = valid_args();
+  a.topk = 100;
+  expect_error(a, {"topk", "multiple of 64", "100"});
+  a = valid_args();
+  a.num_tokens = 70000;
+  expect_error(a, {"num_tokens", "70000"});
+  a = valid_args();
+  a.softmax_scale = std::nanf("");
+  expect_error(a, {"softmax_scale"});
+  a = valid_args();
+  a.q = g_host + 8;
+  expect_error(a, {"q", "16-byte aligned"});
+  a = valid_args();
+  a.indices = nullptr;
+  expect_error(a, {"indices", "null"});
+  a = valid_args();
+  a.num_slots = 0;
+  expect_error(a, {"num_slots"});
+  a = valid_args();
+  a.attn_sink = reinterpret_cast<const float*>(g_host + 2);
+  expect_error(a, {"attn_sink", "aligned"});
+  // Zero tokens: nothing is read, null pointers are fine.
+  a = valid_args();
+  a.num_tokens = 0;
+  a.q = a.cache = a.out = nullptr;
+  a.indices = nullptr;
+  CHECK(chord_sparse_mla_decode(&a, nullptr) == CHORD_SUCCESS);
+  size_t bytes = 1;
+  CHECK(chord_sparse_mla_decode_workspace_size(&a, &bytes) == CHORD_SUCCESS);
+  CHECK(bytes == 0);
+  CHECK(chord_sparse_mla_decode_workspace_size(&a, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
+}

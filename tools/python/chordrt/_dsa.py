@@ -1,0 +1,188 @@
+"""The DSA indexer (DeepSeek-V3.2 style): its FP8 key cache writer, the logits and the top-k selection.
+
+The key cache is paged: page p of page_size tokens holds page_size 128-byte E4M3 keys, then page_size
+FP32 scales (chordrt.indexer_cache_page_bytes(page_size) = 132 * page_size bytes); any tensor dtype may
+hold it, its page count is its byte size divided by the page size in bytes. Slot s is token s % page_size
+of page s // page_size.
+
+    chordrt.indexer_cache_write(k, slot_mapping, cache, page_size=64)
+    logits = chordrt.dsa_indexer_logits(q_fp8, weights, cache, block_table, context_lens, page_size=64)
+    indices = chordrt.dsa_topk(logits, context_lens, 2048, block_table=block_table, page_size=64)  # slots
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Optional
+
+from ._api import _TorchCall, _address, _check_int, _invalid, _raw_stream, _size, _torch_module_of
+from ._lib import DsaIndexerArgs, DsaTopkArgs, IndexerCacheWriteArgs, check, lib
+
+__all__ = ["indexer_cache_page_bytes", "indexer_cache_write", "dsa_indexer_logits", "dsa_topk"]
+
+HEAD_DIM = 128
+
+
+def indexer_cache_page_bytes(page_size: int) -> int:
+    """chord_indexer_cache_page_bytes(): 132 * page_size, 0 outside [1, 1024]."""
+    return int(lib().chord_indexer_cache_page_bytes(_check_int(page_size, "indexer_cache_page_bytes", "page_size")))
+
+
+def _cache_pages(call: _TorchCall, cache, page_size: int) -> int:
+    """The pages a torch cache holds (checked: CUDA, contiguous, a whole number of pages)."""
+    torch, op = call.torch, call.op
+    if not isinstance(cache, torch.Tensor):
+        raise _invalid(op, f"cache must be a torch.Tensor like the other arguments, got {type(cache).__name__}")
+    call.tensor(cache, "cache", cache.dtype)
+    page_bytes = indexer_cache_page_bytes(page_size)
+    if page_bytes == 0:
+        raise _invalid(op, f"page_size must be in [1, 1024], got {page_size}")
+    nbytes = cache.numel() * cache.element_size()
+    if nbytes % page_bytes != 0:
+        raise _invalid(op, f"cache holds {nbytes} bytes (shape {tuple(cache.shape)}, {cache.dtype}), not a whole "
+                           f"number of {page_bytes}-byte pages (page_size {page_size})")
+    return nbytes // page_bytes
+
+
+def indexer_cache_write(k, slot_mapping, cache, page_size: int, stream=None, *, num_tokens: Optional[int] = None,
+                        num_pages: Optional[int] = None) -> None:
+    """chord_indexer_cache_write(): quantizes each row of k into its slot (per token scale =
+    max(amax / 448, FLT_MIN), values RN(k / scale) saturated to E4M3); slot -1 (or past the cache) skips.
+
+    torch: k bf16 [T, 128], slot_mapping int64 [T], cache any contiguous CUDA tensor of whole pages.
+    Raw pointers: num_tokens and num_pages must be given."""
+    op = "indexer_cache_write"
+    page_size = _check_int(page_size, op, "page_size")
+    torch = _torch_module_of(k, slot_mapping, cache)
+    if torch is None:
+        args = IndexerCacheWriteArgs(num_tokens=_size(num_tokens, op, "num_tokens"), k=_address(k, op, "k"),
+                                     slot_mapping=_address(slot_mapping, op, "slot_mapping"),
+                                     cache=_address(cache, op, "cache"), page_size=page_size,
+                                     num_pages=_size(num_pages, op, "num_pages"))
+        check(lib().chord_indexer_cache_write(ctypes.byref(args), _raw_stream(stream)))
+        return None
+    call = _TorchCall(torch, op, stream)
+    call.tensor(k, "k", torch.bfloat16, ndim=2)
+    if k.shape[1] != HEAD_DIM:
+        raise _invalid(op, f"k must be [T, {HEAD_DIM}], got shape {tuple(k.shape)}")
+    rows = k.shape[0]
+    call.tensor(slot_mapping, "slot_mapping", torch.int64, shape=(rows,))
+    pages = _cache_pages(call, cache, page_size)
+    for name, given, actual in (("num_tokens", num_tokens, rows), ("num_pages", num_pages, pages)):
+        if given is not None and given != actual:
+            raise _invalid(op, f"{name}={given} disagrees with the tensors ({actual})")
+    with call.guard():
+        indexer_cache_write(k.data_ptr(), slot_mapping.data_ptr(), cache.data_ptr(), page_size, call.stream(),
+                            num_tokens=rows, num_pages=pages)
+    return None
+
+
+def _fp8_dtypes(torch):
+    return tuple(d for d in (getattr(torch, "float8_e4m3fn", None), torch.uint8) if d is not None)
+
+
+def dsa_indexer_logits(q, weights, cache, block_table, context_lens, page_size: int, max_context: Optional[int] = None,
+                       logits=None, stream=None, *, num_heads: Optional[int] = None, num_tokens: Optional[int] = None,
+                       num_pages: Optional[int] = None, max_pages_per_seq: Optional[int] = None):
+    """chord_dsa_indexer_logits(): logits[t, p] = scale_p * sum_h weights[t, h] * relu(q[t, h] . k_p) for
+    p < context_lens[t], -inf past it (and where block_table points outside the cache).
+
+    torch: q float8_e4m3fn (or uint8 bytes) [T, H, 128]; weights float32 [T, H]; cache as for
+    indexer_cache_write; block_table int32 [T, max_pages_per_seq]; context_lens int32 [T]; max_context
+    defaults to max_pages_per_seq * page_size rounded up to a multiple of 4; logits float32
+    [T, max_context] (allocated when not given, and returned).
+    Raw pointers: num_heads, num_tokens, num_pages, max_pages_per_seq and max_context must be given."""
+    op = "dsa_indexer_logits"
+    page_size = _check_int(page_size, op, "page_size")
+    torch = _torch_module_of(q, weights, cache, block_table, context_lens, logits)
+    if torch is None:
+        args = DsaIndexerArgs(num_heads=_size(num_heads, op, "num_heads"), num_tokens=_size(num_tokens, op, "num_tokens"),
+                              q=_address(q, op, "q"), weights=_address(weights, op, "weights"),
+                              cache=_address(cache, op, "cache"), page_size=page_size,
+                              num_pages=_size(num_pages, op, "num_pages"),
+                              block_table=_address(block_table, op, "block_table"),
+                              max_pages_per_seq=_size(max_pages_per_seq, op, "max_pages_per_seq"),
+                              context_lens=_address(context_lens, op, "context_lens"),
+                              max_context=_size(max_context, op, "max_context"), logits=_address(logits, op, "logits"))
+        check(lib().chord_dsa_indexer_logits(ctypes.byref(args), _raw_stream(stream)))
+        return None
+    call = _TorchCall(torch, op, stream)
+    if not isinstance(q, torch.Tensor) or q.dtype not in _fp8_dtypes(torch):
+        raise _invalid(op, f"q must be a torch.float8_e4m3fn (or uint8) tensor, got "
+                           f"{q.dtype if isinstance(q, torch.Tensor) else type(q).__name__}")
+    call.tensor(q, "q", q.dtype, ndim=3)
+    rows, heads, dims = q.shape
+    if dims != HEAD_DIM:
+        raise _invalid(op, f"q must be [T, H, {HEAD_DIM}], got shape {tuple(q.shape)}")
+    call.tensor(weights, "weights", torch.float32, shape=(rows, heads))
+    call.tensor(block_table, "block_table", torch.int32, ndim=2)
+    if block_table.shape[0] != rows:
+        raise _invalid(op, f"block_table must have T = {rows} rows, got shape {tuple(block_table.shape)}")
+    call.tensor(context_lens, "context_lens", torch.int32, shape=(rows,))
+    pages = _cache_pages(call, cache, page_size)
+    table_pages = block_table.shape[1]
+    if max_context is None:
+        max_context = -(-table_pages * page_size // 4) * 4
+    max_context = _check_int(max_context, op, "max_context")
+    if logits is None:
+        logits = torch.empty((rows, max_context), dtype=torch.float32, device=call.device)
+    call.tensor(logits, "logits", torch.float32, shape=(rows, max_context))
+    for name, given, actual in (("num_heads", num_heads, heads), ("num_tokens", num_tokens, rows),
+                                ("num_pages", num_pages, pages), ("max_pages_per_seq", max_pages_per_seq, table_pages)):
+        if given is not None and given != actual:
+            raise _invalid(op, f"{name}={given} disagrees with the tensors ({actual})")
+    with call.guard():
+        dsa_indexer_logits(q.data_ptr(), weights.data_ptr(), cache.data_ptr(), block_table.data_ptr(),
+                           context_lens.data_ptr(), page_size, max_context, logits.data_ptr(), call.stream(),
+                           num_heads=heads, num_tokens=rows, num_pages=pages, max_pages_per_seq=table_pages)
+    return logits
+
+
+def dsa_topk(logits, context_lens, topk: int = 2048, block_table=None, page_size: Optional[int] = None, indices=None,
+             stream=None, *, num_tokens: Optional[int] = None, max_context: Optional[int] = None,
+             max_pages_per_seq: Optional[int] = None):
+    """chord_dsa_topk(): per row, the positions of the topk largest logits[t, :context_lens[t]] (in no
+    particular order, ties broken arbitrarily), as cache slots block_table[t, p // page_size] * page_size +
+    p % page_size when block_table is given; -1 past min(topk, context_lens[t]).
+
+    torch: logits float32 [T, max_context]; context_lens int32 [T]; block_table int32
+    [T, max_pages_per_seq] (with page_size); indices int32 [T, topk] (allocated when not given, and
+    returned). Raw pointers: num_tokens, max_context (and max_pages_per_seq with a table) must be given."""
+    op = "dsa_topk"
+    topk = _check_int(topk, op, "topk")
+    if block_table is not None and page_size is None:
+        raise _invalid(op, "page_size is required with a block_table")
+    page_size = 0 if page_size is None else _check_int(page_size, op, "page_size")
+    torch = _torch_module_of(logits, context_lens, block_table, indices)
+    if torch is None:
+        args = DsaTopkArgs(num_tokens=_size(num_tokens, op, "num_tokens"), topk=topk, logits=_address(logits, op, "logits"),
+                           max_context=_size(max_context, op, "max_context"),
+                           context_lens=_address(context_lens, op, "context_lens"),
+                           block_table=_address(block_table, op, "block_table"),
+                           max_pages_per_seq=_size(max_pages_per_seq, op, "max_pages_per_seq", required=False),
+                           page_size=page_size, indices=_address(indices, op, "indices"))
+        check(lib().chord_dsa_topk(ctypes.byref(args), _raw_stream(stream)))
+        return None
+    call = _TorchCall(torch, op, stream)
+    call.tensor(logits, "logits", torch.float32, ndim=2)
+    rows, width = logits.shape
+    call.tensor(context_lens, "context_lens", torch.int32, shape=(rows,))
+    table_pages = 0
+    if block_table is not None:
+        call.tensor(block_table, "block_table", torch.int32, ndim=2)
+        if block_table.shape[0] != rows:
+            raise _invalid(op, f"block_table must have T = {rows} rows, got shape {tuple(block_table.shape)}")
+        table_pages = block_table.shape[1]
+    if indices is None:
+        indices = torch.empty((rows, topk), dtype=torch.int32, device=call.device)
+    call.tensor(indices, "indices", torch.int32, shape=(rows, topk))
+    for name, given, actual in (("num_tokens", num_tokens, rows), ("max_context", max_context, width),
+                                ("max_pages_per_seq", max_pages_per_seq, table_pages)):
+        if given is not None and given != actual:
+            raise _invalid(op, f"{name}={given} disagrees with the tensors ({actual})")
+    with call.guard():
+        dsa_topk(logits.data_ptr(), context_lens.data_ptr(), topk,
+                 block_table.data_ptr() if block_table is not None else None, page_size if block_table is not None
+                 else None, indices.data_ptr(), call.stream(), num_tokens=rows, max_context=width,
+                 max_pages_per_seq=table_pages)
+    return indices
