@@ -38,6 +38,7 @@ def eager_time_us(calls, replays=20, rounds=5):
 
 def graph_time_us(calls, replays=20, rounds=5):
     """Median µs per call of `calls` (a list of thunks, one per input set), via CUDA-graph replay."""
+    torch.cuda.synchronize()  # the side stream must not race the inputs' preparation on the default stream
     stream = torch.cuda.Stream()
     with torch.cuda.stream(stream):
         for c in calls:  # warm: JIT load and allocator growth happen outside the capture

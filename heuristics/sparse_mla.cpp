@@ -51,9 +51,9 @@ SparseMlaConfig select_sparse_mla_kernel(const SparseMlaShape& s, const DeviceFa
       break;
     }
   }
-  // 8 warps: two CTAs per SM give 16 warps to hide the gather's and the MMAs' latency (ncu, h=8 on 4
-  // warps: 0.35 issue/cycle, 2 warps per scheduler, 61% of DRAM bandwidth).
-  c.warps = 8;
+  // 4 warps up to 16 heads (two CTAs per SM). 8 warps (two CTAs of 16 warps per SM; at 8 heads the
+  // S-phase splits the dims) measured 3-15% slower at 8 and 16 heads (bench/NOTES.md, v3).
+  c.warps = c.head_group >= 32 ? 8 : 4;
   // Two stages keep two 4-warp CTAs per SM; deeper rings only where a CTA is alone on its SM anyway.
   c.stages = 2;
   while (c.stages < 4) {

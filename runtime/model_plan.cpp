@@ -7,9 +7,12 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/error.hpp"
+#include "runtime/ops/dsa_indexer.hpp"
 #include "runtime/ops/glue.hpp"
 #include "runtime/ops/grouped.hpp"
 #include "runtime/ops/indexed.hpp"
+#include "runtime/ops/mla_cache.hpp"
+#include "runtime/ops/sparse_mla.hpp"
 #include "runtime/ops/warp_decode.hpp"
 
 namespace chordrt {
@@ -17,8 +20,13 @@ namespace chordrt {
 namespace {
 
 const MoeModelShape kPresets[] = {
-    {"kimi-k2", 7168, 2048, 384, 8, "int4"},
-    {"deepseek-v3", 7168, 2048, 256, 8, ""},
+    {"kimi-k2", 7168, 2048, 384, 8, "int4", std::nullopt},
+    {"deepseek-v3", 7168, 2048, 256, 8, "", std::nullopt},
+    // DeepSeek-V3.2: V3's MoE, 128 MLA heads, a 64-head indexer.
+    {"deepseek-v3.2", 7168, 2048, 256, 8, "", SparseAttentionShape{128, 64, false, 64, 2048}},
+    // Mistral Large 4 (seed 004): hidden 6144, 128 experts top-4 (expert size not assumed: attention
+    // only), 64 MLA heads with NoPE layers, a 32-head indexer.
+    {"mistral-large-4", 6144, 0, 128, 4, "", SparseAttentionShape{64, 64, true, 32, 2048}},
 };
 
 // Block sizes the routing is aligned to by the GEMM families' heuristics (decode 8..24, prefill 32..176
@@ -62,6 +70,20 @@ std::string weight_format_of(const nlohmann::json& config) {
     }
   }
   return "";
+}
+
+// DSA sparse attention from a config.json (DeepSeek-V3.2's field names), when its MLA is the 512-dim
+// latent the sparse MLA kernels serve; none otherwise.
+std::optional<SparseAttentionShape> sparse_attention_of(const nlohmann::json& config) {
+  const nlohmann::json& c = config.contains("text_config") ? config["text_config"] : config;
+  auto get = [&](const char* key, int fallback) {
+    return c.contains(key) && c[key].is_number_integer() ? c[key].get<int>() : fallback;
+  };
+  if (get("index_topk", 0) <= 0 || get("kv_lora_rank", 0) != 512 || get("num_attention_heads", 0) <= 0) {
+    return std::nullopt;
+  }
+  return SparseAttentionShape{get("num_attention_heads", 0), get("qk_rope_head_dim", 64), false,
+                              get("index_n_heads", 0), get("index_topk", 0)};
 }
 
 // The grouped family under expert parallelism: packers and GEMMs of both projections in both modes, for
@@ -120,6 +142,78 @@ void add_indexed_descriptors(const MoeModelShape& m, int64_t inter, const Deploy
   }
 }
 
+// Sparse attention: the writers and decode at this deployment's head count, the indexer at the decode
+// and prefill shapes its heuristic distinguishes.
+template <typename Add>
+void add_sparse_attention_descriptors(const SparseAttentionShape& a, const Deployment& dep, jit::Arch arch, Add&& add) {
+  const int heads = dep.expert_parallel > 1 ? a.num_heads : a.num_heads / dep.tensor_parallel;  // EP: DP attention
+  if (a.num_heads % dep.tensor_parallel != 0 || heads % 8 != 0 || heads > heuristics::kMlaMaxHeads) {
+    throw_error(CHORD_ERROR_INVALID_ARGUMENT,
+                "deployment {}: {} attention heads over TP {} is not a multiple of 8 up to {} per GPU", dep.name,
+                a.num_heads, dep.tensor_parallel, heuristics::kMlaMaxHeads);
+  }
+  for (int rope : {a.rope_dims, 0}) {
+    if (rope == 0 && a.rope_dims != 0 && !a.nope_layers) continue;
+    add(ops::mla_cache_write_descriptor(arch, CHORD_MLA_CACHE_FP8_DS_MLA, rope));
+    const heuristics::SparseMlaShape s{heuristics::MlaCacheFormat::kFp8DsMla, rope, heads, a.index_topk, 1};
+    add(ops::sparse_mla_decode_descriptor(arch, s, heuristics::select_sparse_mla_kernel(s, heuristics::DeviceFacts{})));
+  }
+  add(ops::sparse_mla_combine_descriptor(arch, heads));
+  if (a.index_heads == 0) return;
+  constexpr int kPage = 64;
+  add(ops::dsa_key_cache_write_descriptor(arch, heuristics::select_dsa_key_cache_write()));
+  for (int64_t tokens = 1; tokens <= 16384; tokens *= 2) {
+    for (int32_t context = 1024; context <= (256 << 10); context *= 2) {
+      add(ops::dsa_indexer_logits_descriptor(arch, a.index_heads, kPage,
+                                             heuristics::select_dsa_logits({a.index_heads, kPage, tokens, context})));
+    }
+  }
+  add(ops::dsa_topk_descriptor(arch, heuristics::select_dsa_topk(a.index_topk)));
+}
+
+// The MoE kernels (glue, warp decode, the W4A16 families) of a deployment.
+template <typename Add>
+void add_moe_descriptors(const MoeModelShape& m, const Deployment& dep, jit::Arch arch, Add&& add) {
+  if (m.moe_intermediate % dep.tensor_parallel != 0) {
+    throw_error(CHORD_ERROR_INVALID_ARGUMENT, "deployment {}: moe_intermediate {} is not divisible by TP {}", dep.name,
+                m.moe_intermediate, dep.tensor_parallel);
+  }
+  if (m.num_experts % dep.expert_parallel != 0) {
+    throw_error(CHORD_ERROR_INVALID_ARGUMENT, "deployment {}: {} experts are not divisible by EP {}", dep.name,
+                m.num_experts, dep.expert_parallel);
+  }
+  const bool ep = dep.expert_parallel > 1;
+  const int64_t inter = m.moe_intermediate / dep.tensor_parallel;
+  for (int block : kAlignBlockSizes) {
+    for (const auto& c : heuristics::moe_align_configs(m.num_experts)) {
+      add(ops::moe_align_descriptor(arch, m.num_experts, block, ep, c));
+    }
+  }
+  add(ops::silu_and_mul_descriptor(arch, inter));
+  add(ops::moe_combine_descriptor(arch, m.top_k, m.hidden, ep));
+  if (!m.weight_format.empty()) {
+    const heuristics::WarpDecodeShape s{
+        m.weight_format == "int4" ? heuristics::WeightFormat::kInt4Group32 : heuristics::WeightFormat::kMxfp8,
+        m.hidden,
+        static_cast<int>(inter),
+        m.num_experts / dep.expert_parallel,
+        m.num_experts,
+        m.top_k,
+        ep};
+    for (int64_t tokens : heuristics::warp_decode_prewarm_tokens()) {
+      const auto gu = heuristics::select_warp_decode_gate_up(s, tokens);
+      const auto dn = heuristics::select_warp_decode_down(s, tokens);
+      if (gu.stage_groups == 0 || dn.stage_groups == 0) break;  // shape not served by warp decode
+      add(ops::warp_decode_gate_up_descriptor(arch, s, gu));
+      add(ops::warp_decode_down_descriptor(arch, s, dn));
+    }
+  }
+  if (m.weight_format == "int4") {
+    add_indexed_descriptors(m, inter, dep, arch, add);
+    if (ep) add_grouped_descriptors(m, inter, m.num_experts / dep.expert_parallel, arch, add);
+  }
+}
+
 }  // namespace
 
 Deployment Deployment::parse(std::string_view text) {
@@ -167,6 +261,7 @@ MoeModelShape resolve_model(std::string_view preset_or_path) {
   m.num_experts = json_int(config, {"n_routed_experts", "num_experts", "num_local_experts"}, path);
   m.top_k = json_int(config, {"num_experts_per_tok", "moe_topk"}, path);
   m.weight_format = weight_format_of(config);
+  m.attention = sparse_attention_of(config);
   if (m.hidden <= 0 || m.moe_intermediate <= 0 || m.num_experts <= 0 || m.top_k <= 0 || m.top_k > m.num_experts) {
     throw_error(CHORD_ERROR_INVALID_ARGUMENT,
                 "model config {}: implausible MoE shape (hidden {}, moe_intermediate {}, experts {}, top-k {})", path,
@@ -176,48 +271,12 @@ MoeModelShape resolve_model(std::string_view preset_or_path) {
 }
 
 std::vector<jit::Descriptor> plan_descriptors(const MoeModelShape& m, const Deployment& dep, jit::Arch arch) {
-  if (m.moe_intermediate % dep.tensor_parallel != 0) {
-    throw_error(CHORD_ERROR_INVALID_ARGUMENT, "deployment {}: moe_intermediate {} is not divisible by TP {}", dep.name,
-                m.moe_intermediate, dep.tensor_parallel);
-  }
-  if (m.num_experts % dep.expert_parallel != 0) {
-    throw_error(CHORD_ERROR_INVALID_ARGUMENT, "deployment {}: {} experts are not divisible by EP {}", dep.name,
-                m.num_experts, dep.expert_parallel);
-  }
-  const bool ep = dep.expert_parallel > 1;
-  const int64_t inter = m.moe_intermediate / dep.tensor_parallel;
   std::vector<jit::Descriptor> out;
   auto add = [&](const jit::Descriptor& d) {
     if (std::find(out.begin(), out.end(), d) == out.end()) out.push_back(d);
   };
-  for (int block : kAlignBlockSizes) {
-    for (const auto& c : heuristics::moe_align_configs(m.num_experts)) {
-      add(ops::moe_align_descriptor(arch, m.num_experts, block, ep, c));
-    }
-  }
-  add(ops::silu_and_mul_descriptor(arch, inter));
-  add(ops::moe_combine_descriptor(arch, m.top_k, m.hidden, ep));
-  if (!m.weight_format.empty()) {
-    const heuristics::WarpDecodeShape s{
-        m.weight_format == "int4" ? heuristics::WeightFormat::kInt4Group32 : heuristics::WeightFormat::kMxfp8,
-        m.hidden,
-        static_cast<int>(inter),
-        m.num_experts / dep.expert_parallel,
-        m.num_experts,
-        m.top_k,
-        ep};
-    for (int64_t tokens : heuristics::warp_decode_prewarm_tokens()) {
-      const auto gu = heuristics::select_warp_decode_gate_up(s, tokens);
-      const auto dn = heuristics::select_warp_decode_down(s, tokens);
-      if (gu.stage_groups == 0 || dn.stage_groups == 0) break;  // shape not served by warp decode
-      add(ops::warp_decode_gate_up_descriptor(arch, s, gu));
-      add(ops::warp_decode_down_descriptor(arch, s, dn));
-    }
-  }
-  if (m.weight_format == "int4") {
-    add_indexed_descriptors(m, inter, dep, arch, add);
-    if (ep) add_grouped_descriptors(m, inter, m.num_experts / dep.expert_parallel, arch, add);
-  }
+  if (m.moe_intermediate > 0) add_moe_descriptors(m, dep, arch, add);
+  if (m.attention) add_sparse_attention_descriptors(*m.attention, dep, arch, add);
   return out;
 }
 

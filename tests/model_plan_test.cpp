@@ -11,8 +11,10 @@
 
 #include "chordrt/chordrt.hpp"
 #include "runtime/kernel_registry.hpp"
+#include "runtime/ops/dsa_indexer.hpp"
 #include "runtime/ops/glue.hpp"
 #include "runtime/ops/grouped.hpp"
+#include "runtime/ops/sparse_mla.hpp"
 #include "runtime/ops/warp_decode.hpp"
 #include "tests/test_support.hpp"
 
@@ -55,7 +57,10 @@ void check_no_duplicates(const std::vector<Descriptor>& ds) {
 TEST_CASE("model presets", "[plan]") {
   const auto names = chordrt::model_preset_names();
   for (const MoeModelShape& want :
-       {MoeModelShape{"kimi-k2", 7168, 2048, 384, 8, "int4"}, MoeModelShape{"deepseek-v3", 7168, 2048, 256, 8, ""}}) {
+       {MoeModelShape{"kimi-k2", 7168, 2048, 384, 8, "int4", std::nullopt},
+        MoeModelShape{"deepseek-v3", 7168, 2048, 256, 8, "", std::nullopt},
+        MoeModelShape{"deepseek-v3.2", 7168, 2048, 256, 8, "", chordrt::SparseAttentionShape{128, 64, false, 64, 2048}},
+        MoeModelShape{"mistral-large-4", 6144, 0, 128, 4, "", chordrt::SparseAttentionShape{64, 64, true, 32, 2048}}}) {
     INFO(want.name);
     CHECK(std::find(names.begin(), names.end(), want.name) != names.end());
     const MoeModelShape m = chordrt::resolve_model(want.name);
@@ -65,6 +70,12 @@ TEST_CASE("model presets", "[plan]") {
     CHECK(m.num_experts == want.num_experts);
     CHECK(m.top_k == want.top_k);
     CHECK(m.weight_format == want.weight_format);
+    REQUIRE(m.attention.has_value() == want.attention.has_value());
+    if (m.attention) {
+      CHECK(m.attention->num_heads == want.attention->num_heads);
+      CHECK(m.attention->nope_layers == want.attention->nope_layers);
+      CHECK(m.attention->index_heads == want.attention->index_heads);
+    }
   }
 }
 
@@ -240,7 +251,7 @@ TEST_CASE("plan_descriptors for a tensor-parallel deployment", "[plan]") {
 
 TEST_CASE("plan_descriptors divides the intermediate size by TP", "[plan]") {
   // 1032 = 8 * 129: vec 8 at TP1, 258 (vec 2) at TP4, 129 (vec 1) at TP8.
-  const MoeModelShape m{"custom", 1024, 1032, 64, 4, ""};
+  const MoeModelShape m{"custom", 1024, 1032, 64, 4, "", std::nullopt};
   auto silu_of = [&](const char* dep) {
     const auto s = of_family(chordrt::plan_descriptors(m, Deployment::parse(dep), kHopper), "glue.silu_and_mul");
     REQUIRE(s.size() == 1);
@@ -340,4 +351,47 @@ TEST_CASE("plan_descriptors rejects indivisible deployments", "[plan]") {
   // Divisible ones plan fine: 2048 / 1024 and 384 / 384.
   CHECK_NOTHROW(chordrt::plan_descriptors(kimi, Deployment::parse("tp1024"), kHopper));
   CHECK_NOTHROW(chordrt::plan_descriptors(kimi, Deployment::parse("ep384"), kHopper));
+}
+
+TEST_CASE("plan_descriptors for sparse attention (Mistral Large 4 at TP8 / TP4, DeepSeek-V3.2)", "[plan][sparse_mla]") {
+  using chordrt::heuristics::MlaCacheFormat;
+  using chordrt::heuristics::SparseMlaShape;
+  const chordrt::heuristics::DeviceFacts h200{};
+  for (const auto& [model, deployment, heads, nope] :
+       {std::tuple{"mistral-large-4", "tp8", 8, true}, std::tuple{"mistral-large-4", "tp4", 16, true},
+        std::tuple{"deepseek-v3.2", "tp8", 16, false}, std::tuple{"deepseek-v3.2", "ep8", 128, false}}) {
+    INFO(model << " " << deployment);
+    const MoeModelShape m = chordrt::resolve_model(model);
+    const auto ds = chordrt::plan_descriptors(m, Deployment::parse(deployment), kHopper);
+    check_no_duplicates(ds);
+    for (const auto& d : ds) CHECK_NOTHROW(chordrt::family_of(d).program(d));
+    // The writer and decode for RoPE layers, and for NoPE layers where the model has them.
+    CHECK(of_family(ds, "mla.cache_write").size() == (nope ? 2u : 1u));
+    CHECK(of_family(ds, "mla.decode").size() == (nope ? 2u : 1u));
+    CHECK(of_family(ds, "mla.combine").size() == 1u);
+    // Exactly what dispatch picks, for decode batches and prefill chunks.
+    for (int64_t tokens : {1, 8, 128, 1000}) {
+      const SparseMlaShape s{MlaCacheFormat::kFp8DsMla, 64, heads, 2048, tokens};
+      const auto want =
+          chordrt::ops::sparse_mla_decode_descriptor(kHopper, s, chordrt::heuristics::select_sparse_mla(s, h200));
+      CHECK(std::find(ds.begin(), ds.end(), want) != ds.end());
+    }
+    CHECK(std::find(ds.begin(), ds.end(), chordrt::ops::sparse_mla_combine_descriptor(kHopper, heads)) != ds.end());
+    const int index_heads = m.attention->index_heads;
+    for (int64_t tokens : {1, 64, 4096}) {
+      for (int32_t context : {2048, 65536, 200000}) {
+        const auto want = chordrt::ops::dsa_indexer_logits_descriptor(
+            kHopper, index_heads, 64, chordrt::heuristics::select_dsa_logits({index_heads, 64, tokens, context}, h200));
+        CHECK(std::find(ds.begin(), ds.end(), want) != ds.end());
+      }
+    }
+    CHECK(of_family(ds, "dsa.key_cache_write").size() == 1u);
+    CHECK(of_family(ds, "dsa.topk").size() == 1u);
+    // Mistral Large 4's expert size is not assumed: no MoE kernels.
+    if (std::string(model) == "mistral-large-4") CHECK(of_family(ds, "glue.moe_align").empty());
+  }
+  // 64 heads over TP16 leave 4 per GPU: not a whole MMA tile.
+  CHECK_THROWS_WITH(
+      chordrt::plan_descriptors(chordrt::resolve_model("mistral-large-4"), Deployment::parse("tp16"), kHopper),
+      Catch::Matchers::Contains("attention heads"));
 }

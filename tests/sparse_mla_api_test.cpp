@@ -68,7 +68,7 @@ TEST_CASE("sparse MLA heuristics: head groups, warps and the split", "[sparse_ml
   // Few heads: one CTA per (token, all heads), the top-k split so T * splits fills the SMs.
   const SparseMlaConfig one = select_sparse_mla(shape(8, 1), kH200);
   CHECK(one.head_group == 8);
-  CHECK(one.warps == 8);
+  CHECK(one.warps == 4);
   CHECK(one.splits == 32);
   CHECK(one.blocks_per_split == 1);
   CHECK(select_sparse_mla(shape(8, 128), kH200).splits == 2);
@@ -128,9 +128,9 @@ TEST_CASE("sparse MLA descriptors are checked by the family", "[sparse_mla]") {
   const auto d =
       chordrt::ops::sparse_mla_decode_descriptor(kHopper, s, chordrt::heuristics::select_sparse_mla(s, kH200));
   const chordrt::KernelProgram p = chordrt::family_of(d).program(d);
-  CHECK(p.threads == 256);
-  CHECK_THAT(p.name_expression, Contains("sparse_mla_decode_kernel<0, 64, 16, 16, 8,"));
-  CHECK(p.dynamic_smem == chordrt::heuristics::sparse_mla_dynamic_smem(MlaCacheFormat::kFp8DsMla, 64, 16, 8, 2));
+  CHECK(p.threads == 128);
+  CHECK_THAT(p.name_expression, Contains("sparse_mla_decode_kernel<0, 64, 16, 16, 4,"));
+  CHECK(p.dynamic_smem == chordrt::heuristics::sparse_mla_dynamic_smem(MlaCacheFormat::kFp8DsMla, 64, 16, 4, 2));
   const auto bad = chordrt::ops::sparse_mla_decode_descriptor(kHopper, shape(16, 1), SparseMlaConfig{24, 4, 2, 1, 32});
   CHECK_THROWS_WITH(chordrt::family_of(bad).program(bad), Contains("head_group"));
 }

@@ -5,9 +5,10 @@
 # Usage: tools/profile_kernels.sh FAMILY OUTDIR [CASE ...]
 #   FAMILY warp_decode: cases "NAME,FORMAT,M"            (default "Kimi K2 TP8,int4,1" "Kimi K2 TP8,int4,32")
 #   FAMILY grouped:     cases "EPx,PROJECTION,MODE,ROWS" (default "EP8,gate_up,masked,16" "EP8,down,contiguous,128")
+#   FAMILY sparse_mla:  cases "CASE,TOKENS"               (default "fp8/h8,1" "fp8/h8,256")
 set -uo pipefail
-family=${1:?usage: tools/profile_kernels.sh warp_decode|grouped OUTDIR [cases...]}
-out=${2:?usage: tools/profile_kernels.sh warp_decode|grouped OUTDIR [cases...]}
+family=${1:?usage: tools/profile_kernels.sh warp_decode|grouped|sparse_mla OUTDIR [cases...]}
+out=${2:?usage: tools/profile_kernels.sh warp_decode|grouped|sparse_mla OUTDIR [cases...]}
 shift 2
 cd "$(dirname "$0")/.."
 build=${CHORD_GPU_BUILD_DIR:-build-gpu}
@@ -16,7 +17,9 @@ case "$family" in
     defaults=("Kimi K2 TP8,int4,1" "Kimi K2 TP8,int4,32") ;;
   grouped) kernels="grouped_gemm_kernel" skip=3 count=1 sass=1
     defaults=("EP8,gate_up,masked,16" "EP8,down,contiguous,128") ;;
-  *) echo "unknown family $family (warp_decode, grouped)" >&2; exit 2 ;;
+  sparse_mla) kernels="sparse_mla_decode_kernel|sparse_mla_combine_kernel" skip=4 count=2 sass=1
+    defaults=("fp8/h8,1" "fp8/h8,256") ;;
+  *) echo "unknown family $family (warp_decode, grouped, sparse_mla)" >&2; exit 2 ;;
 esac
 cases=("$@")
 [ ${#cases[@]} -eq 0 ] && cases=("${defaults[@]}")
@@ -26,12 +29,18 @@ for s in long_scoreboard short_scoreboard barrier wait math_pipe_throttle mio_th
   stalls+="${stalls:+,}smsp__average_warps_issue_stalled_${s}_per_issue_active.ratio"
 done
 for c in "${cases[@]}"; do
-  tag=$(echo "$c" | tr ' ,' '__')
+  tag=$(echo "$c" | tr ' ,/' '___')
+  # The bench arguments that run this one case.
+  if [ "$family" = sparse_mla ]; then
+    args=(--quick --no-baseline --cases "${c%%,*}" --tokens "${c##*,}" --json "$out/ncu_sparse_mla_bench.json")
+  else
+    args=(--profile "$c")
+  fi
   env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPATH="$PWD/tools/python:$PWD/bench" \
     ncu --clock-control none -k "regex:$kernels" --launch-skip $skip --launch-count $count \
     --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
     --section SchedulerStats --section MemoryWorkloadAnalysis --metrics "$stalls" \
-    python3 "bench/${family}_bench.py" --profile "$c" >"$out/ncu_${family}_$tag.txt" 2>&1
+    python3 "bench/${family}_bench.py" "${args[@]}" >"$out/ncu_${family}_$tag.txt" 2>&1
   echo "== $family $c"
   grep -E "$kernels|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\)|Achieved Occupancy|Registers Per|Waves Per SM|Issued Warp|Eligible Warps|Warp Cycles Per Issued|stalled" \
     "$out/ncu_${family}_$tag.txt" | head -50

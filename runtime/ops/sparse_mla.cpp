@@ -47,10 +47,9 @@ struct CombineParams {
   const float* sink;
   void* out;
   float* lse;
-  int64_t rows;
   int32_t splits;
 };
-static_assert(sizeof(CombineParams) == 56);
+static_assert(sizeof(CombineParams) == 48);
 
 bool heads_ok(int64_t h) { return h >= 8 && h <= heuristics::kMlaMaxHeads && h % 8 == 0; }
 
@@ -83,7 +82,7 @@ KernelProgram combine_program(const jit::Descriptor& d) {
   KernelProgram p;
   p.header = "mla/combine.cuh";
   p.name_expression = fmt::format("chord::mla::sparse_mla_combine_kernel<{}>", d[0]);
-  p.threads = 128;
+  p.threads = 128;  // kernels_src/mla/combine.cuh: kCombineThreads, 4 of the 512 dims each
   return p;
 }
 
@@ -227,9 +226,9 @@ void sparse_mla_decode(const chord_sparse_mla_decode_args_t& a, CUstream stream)
   if (c.splits > 1) {
     const LoadedKernel& combine =
         rt.kernel(ops::sparse_mla_combine_descriptor(ctx.facts.arch, s.num_heads), ctx, stream);
-    const ops::CombineParams cp{part_out, part_lse, a.attn_sink, a.out, a.lse, rows, c.splits};
+    const ops::CombineParams cp{part_out, part_lse, a.attn_sink, a.out, a.lse, c.splits};
     const void* cargs[] = {&cp};
-    launch(ctx, combine, {static_cast<uint32_t>((rows + 3) / 4), 1, 1}, stream, const_cast<void**>(cargs),
+    launch(ctx, combine, {static_cast<uint32_t>(rows), 1, 1}, stream, const_cast<void**>(cargs),
            LaunchOrder::kProgrammatic);
   }
 }
