@@ -32,14 +32,14 @@ size_t sparse_mla_dynamic_smem(MlaCacheFormat format, int rope_dims, int head_gr
   const size_t record = mla_record_bytes(format, rope_dims);
   const size_t row = format == MlaCacheFormat::kFp8DsMla ? record : record + 16;
   const size_t hg = static_cast<size_t>(head_group);
-  size_t bytes = static_cast<size_t>(stages) * kMlaBlockKeys * row;  // records
-  bytes += hg * (2 * kMlaNopeDims + 16);                             // q NoPE
-  bytes += hg * (2 * static_cast<size_t>(rope_dims) + 16);           // q RoPE
-  bytes += hg * (kMlaBlockKeys + 8) * 4;                             // P
-  bytes += 2 * 4 * hg * 4 + hg * 4;                                  // key-group maxima, sums, prescales
-  bytes = (bytes + static_cast<size_t>(stages) * 8 + 7) / 8 * 8;     // valid masks
-  bytes += static_cast<size_t>(stages) * 8;                          // barriers
-  return bytes + (warps == 8 && head_group == 8 ? 4 * 32 * 16 : 0);  // dim-split partial sums
+  size_t bytes = static_cast<size_t>(stages) * kMlaBlockKeys * row;       // records
+  bytes += hg * (2 * kMlaNopeDims + 16);                                  // q NoPE
+  bytes += hg * (2 * static_cast<size_t>(rope_dims) + 16);                // q RoPE
+  bytes += hg * (kMlaBlockKeys + 8) * 4;                                  // P
+  bytes += 2 * 4 * hg * 4 + hg * 4;                                       // key-group maxima, sums, prescales
+  bytes = (bytes + static_cast<size_t>(stages) * warps * 4 + 7) / 8 * 8;  // valid-key bits per warp
+  bytes += static_cast<size_t>(stages) * 8;                               // barriers
+  return bytes + (warps == 8 && head_group == 8 ? 4 * 32 * 16 : 0);       // dim-split partial sums
 }
 
 SparseMlaConfig select_sparse_mla_kernel(const SparseMlaShape& s, const DeviceFacts& facts) {
@@ -139,7 +139,7 @@ std::string sparse_mla_config_error(const SparseMlaShape& s, const SparseMlaConf
   if (s.num_heads % c.head_group != 0) return "head_group must divide num_heads";
   if (c.warps != 4 && c.warps != 8) return "warps must be 4 or 8";
 
-  if (c.stages < 1 || c.stages > 8) return "stages must be in [1, 8]";
+  if (c.stages < 2 || c.stages > 8) return "stages must be in [2, 8]";
   if (c.splits < 1 || c.splits > std::min(blocks, kMlaMaxSplits)) {
     return "splits must be in [1, min(topk / 64, 64)]";
   }

@@ -3,7 +3,7 @@
 // and their LSEs go to a workspace and mla/combine.cuh merges them).
 //
 // Per block (mma.sync m16n8k16, heads on the N side so 8 heads fill an MMA):
-//  - lanes 0..63 bring the 64 records into shared memory with one bulk copy each (invalid keys: zeros);
+//  - each warp brings 64 / WARPS records into shared memory with one bulk copy per lane (invalid keys: zeros);
 //  - S^T = K Q^T: warp (key group kg, head split hs) takes 16 keys x HS heads over all 512 + RoPE dims.
 //    E4M3 values convert exactly to F16 and run F16 MMAs against a per-head power-of-two prescaled
 //    F16 q; each 128-dim tile's FP32 scale multiplies that tile's partial sums (one FMA per key, not per
@@ -99,8 +99,8 @@ struct DecodeSmem {
   static constexpr int kRed = kP + HG * kPRow * 4;  // [4 key groups][HG] running maxima
   static constexpr int kSum = kRed + 4 * HG * 4;    // [4 key groups][HG] denominators (at the end)
   static constexpr int kInvPre = kSum + 4 * HG * 4;
-  static constexpr int kMask = kInvPre + HG * 4;  // [STAGES][2] u32
-  static constexpr int kBars = (kMask + STAGES * 8 + 7) / 8 * 8;
+  static constexpr int kMask = kInvPre + HG * 4;  // [STAGES][WARPS] u32: valid keys, a bit per record
+  static constexpr int kBars = (kMask + STAGES * WARPS * 4 + 7) / 8 * 8;
   // Partial S of the second dim-split warp of each key group (8 warps on 8 heads): [4][32 lanes][4].
   static constexpr int kPartial = kBars + STAGES * 8;
   static constexpr int kBytes = kPartial + (WARPS == 8 && HG == 8 ? 4 * 32 * 4 * 4 : 0);
@@ -157,23 +157,27 @@ __global__ void __launch_bounds__(WARPS * 32, WARPS == 8 && HG <= 16 ? 2 : 1)
   }
   __syncthreads();
 
-  // Lanes 0..63: one record each. Zeros (not stale bytes, which may be NaN) stand in for invalid keys.
-  // The slot of block i is fetched one issue ahead, so the index load's latency is off the path between
-  // a block's last barrier and the next one.
+  // Every warp issues 64 / WARPS records, one per lane, so the warps reach the next barrier together
+  // (ncu: loads on two warps made barrier stalls ~20% of the issue slots). Zeros (not stale bytes, which
+  // may be NaN) stand in for invalid keys. The slot of block i is fetched one issue ahead, so the index
+  // load's latency is off the path between a block's last barrier and the next one.
+  constexpr int kRecordsPerWarp = kBlockKeys / WARPS;
+  const bool loader = lane < kRecordsPerWarp;
+  const int record = warp * kRecordsPerWarp + lane;
   auto fetch_slot = [&](int i) -> int32_t {
-    const int pos = (block_begin + i) * kBlockKeys + threadIdx.x;
-    return i < nblocks && pos < len ? __ldg(p.indices + t * p.topk + pos) : -1;
+    const int pos = (block_begin + i) * kBlockKeys + record;
+    return loader && i < nblocks && pos < len ? __ldg(p.indices + t * p.topk + pos) : -1;
   };
-  int32_t next_slot = threadIdx.x < kBlockKeys ? fetch_slot(0) : -1;
+  int32_t next_slot = fetch_slot(0);
   auto issue = [&](int i) {
-    if (threadIdx.x >= kBlockKeys) return;
     const int stage = i % STAGES;
     const int32_t slot = next_slot;
     next_slot = fetch_slot(i + 1);
     const bool valid = slot >= 0 && slot < p.num_slots;
     const uint32_t ballot = __ballot_sync(~0u, valid);
-    if (lane == 0) mask_s[stage * 2 + warp] = ballot;
-    uint8_t* row = raw + (stage * kBlockKeys + threadIdx.x) * S::kRowBytes;
+    if (lane == 0) mask_s[stage * WARPS + warp] = ballot;
+    if (!loader) return;
+    uint8_t* row = raw + (stage * kBlockKeys + record) * S::kRowBytes;
     if (valid) {
       fence_proxy_async();  // after this thread's earlier zero stores to the row
       mbarrier_arrive_expect_bytes(&bars[stage], R::kBytes);
@@ -255,8 +259,9 @@ __global__ void __launch_bounds__(WARPS * 32, WARPS == 8 && HG <= 16 ? 2 : 1)
     const int stage = i % STAGES;
     mbarrier_wait(&bars[stage], (i / STAGES) & 1);
     const uint8_t* rows = raw + stage * kBlockKeys * S::kRowBytes;
-    const uint64_t valid_mask =
-        static_cast<uint64_t>(mask_s[stage * 2]) | (static_cast<uint64_t>(mask_s[stage * 2 + 1]) << 32);
+    auto key_valid = [&](int key) {
+      return (mask_s[stage * WARPS + key / kRecordsPerWarp] >> (key % kRecordsPerWarp)) & 1u;
+    };
 
     // ---- S^T = K Q^T ----
     float s[NTS][4];
@@ -269,12 +274,13 @@ __global__ void __launch_bounds__(WARPS * 32, WARPS == 8 && HG <= 16 ? 2 : 1)
 #pragma unroll
       for (int tt = 0; tt < kTiles / kDimSplits; ++tt) {
         const int tl = dh * (kTiles / kDimSplits) + tt;
-        // One accumulator chain per 64-dim half: two independent MMA chains per N tile.
-        float part[2][NTS][4];
+        // Four independent MMA chains per N tile (64-dim half x even/odd k-step): ncu showed fixed-latency
+        // dependency stalls as the largest share.
+        float part[4][NTS][4];
 #pragma unroll
         for (int n = 0; n < NTS; ++n) {
 #pragma unroll
-          for (int r = 0; r < 4; ++r) part[0][n][r] = part[1][n][r] = 0.f;
+          for (int r = 0; r < 4; ++r) part[0][n][r] = part[1][n][r] = part[2][n][r] = part[3][n][r] = 0.f;
         }
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
@@ -294,7 +300,7 @@ __global__ void __launch_bounds__(WARPS * 32, WARPS == 8 && HG <= 16 ? 2 : 1)
             const uint4 qa = qp[0], qb = qp[1];
             const uint32_t qw[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
 #pragma unroll
-            for (int j = 0; j < 4; ++j) mma_f16_m16n8k16(part[half][n], a[j], qw[2 * j], qw[2 * j + 1]);
+            for (int j = 0; j < 4; ++j) mma_f16_m16n8k16(part[2 * half + (j & 1)][n], a[j], qw[2 * j], qw[2 * j + 1]);
           }
         }
         const float sc0 = *reinterpret_cast<const float*>(k0 + R::kScaleOffset + 4 * tl);
@@ -303,8 +309,10 @@ __global__ void __launch_bounds__(WARPS * 32, WARPS == 8 && HG <= 16 ? 2 : 1)
         for (int n = 0; n < NTS; ++n) {
 #pragma unroll
           for (int j = 0; j < 2; ++j) {
-            s[n][j] = fmaf(part[0][n][j] + part[1][n][j], sc0 * inv_pre[n][j], s[n][j]);
-            s[n][2 + j] = fmaf(part[0][n][2 + j] + part[1][n][2 + j], sc1 * inv_pre[n][j], s[n][2 + j]);
+            const float t0 = (part[0][n][j] + part[1][n][j]) + (part[2][n][j] + part[3][n][j]);
+            const float t1 = (part[0][n][2 + j] + part[1][n][2 + j]) + (part[2][n][2 + j] + part[3][n][2 + j]);
+            s[n][j] = fmaf(t0, sc0 * inv_pre[n][j], s[n][j]);
+            s[n][2 + j] = fmaf(t1, sc1 * inv_pre[n][j], s[n][2 + j]);
           }
         }
       }
@@ -361,7 +369,7 @@ __global__ void __launch_bounds__(WARPS * 32, WARPS == 8 && HG <= 16 ? 2 : 1)
         s[0][0] += o.x, s[0][1] += o.y, s[0][2] += o.z, s[0][3] += o.w;
       }
     }
-    const bool v0 = (valid_mask >> key0) & 1, v1 = (valid_mask >> key1) & 1;
+    const bool v0 = key_valid(key0), v1 = key_valid(key1);
 #pragma unroll
     for (int n = 0; n < NTS && dh == 0; ++n) {
 #pragma unroll
