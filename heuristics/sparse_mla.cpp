@@ -137,7 +137,11 @@ std::string sparse_mla_config_error(const SparseMlaShape& s, const SparseMlaConf
     return "head_group must be 8, 16, 32 or 64";
   }
   if (s.num_heads % c.head_group != 0) return "head_group must divide num_heads";
-  if (c.warps != 4 && c.warps != 8) return "warps must be 4 or 8";
+  if (c.warps != 4 && c.warps != 8 && c.warps != 16) return "warps must be 4, 8 or 16";
+  const int head_splits = std::min(c.warps / 4, c.head_group / 8);
+  if (c.warps / 4 != head_splits && !(c.warps == 8 && c.head_group == 8)) {
+    return "the S-phase warps of a key group split the heads 8 or more each (8 warps on 8 heads split the dims)";
+  }
 
   if (c.stages < 2 || c.stages > 8) return "stages must be in [2, 8]";
   if (c.splits < 1 || c.splits > std::min(blocks, kMlaMaxSplits)) {

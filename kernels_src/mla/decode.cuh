@@ -107,7 +107,8 @@ struct DecodeSmem {
 };
 
 template <int FORMAT, int ROPE, int H, int HG, int WARPS, int STAGES>
-// Two 8-warp CTAs per SM up to 16 heads (<= 128 registers); beyond, one CTA holds the accumulators.
+// Two 8-warp CTAs per SM up to 16 heads (<= 128 registers); beyond, one CTA holds the accumulators
+// (16 warps: <= 128 registers each as well).
 __global__ void __launch_bounds__(WARPS * 32, WARPS == 8 && HG <= 16 ? 2 : 1)
     sparse_mla_decode_kernel(const DecodeParams p) {
   using S = DecodeSmem<FORMAT, ROPE, HG, WARPS, STAGES>;
@@ -122,8 +123,9 @@ __global__ void __launch_bounds__(WARPS * 32, WARPS == 8 && HG <= 16 ? 2 : 1)
   constexpr int NT = HG / 8;
   constexpr int DPW = kNopeDims / WARPS;  // P.V dims of one warp
   constexpr int GROUPS = DPW / 32;
-  static_assert(WARPS == 4 || WARPS == 8, "4 key groups of 16 keys, times 1 or 2 head or dim splits");
-  static_assert(kDimSplits == 1 || (kDimSplits == 2 && NTS == 1), "dim splits only for one N tile per warp");
+  static_assert(WARPS == 4 || WARPS == 8 || WARPS == 16, "4 key groups of 16 keys, times head or dim splits");
+  static_assert(kDimSplits == 1 || (kDimSplits == 2 && kHeadSplits == 1 && NTS == 1),
+                "dim splits only in pairs, for 8 heads");
   static_assert(H % HG == 0 && HS % 8 == 0, "heads split into whole MMA N tiles");
   static_assert(kTileDims % DPW == 0, "a P.V warp stays inside one scale tile");
 
