@@ -258,3 +258,40 @@ def test_the_indexer_is_graph_capturable():
     assert torch.equal(logits, eager_logits)
     dr.check_topk(torch, indices, logits, lens_t, 2048, block_table=table, page_size=64)
     assert torch.equal(probe, dr.write_cache(torch, k, slots, cache, 64))
+
+
+# ---- the whole sparse attention path ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("heads", [8, 16])
+def test_indexer_top_k_slots_drive_sparse_mla_decode(heads):
+    """Indexer logits -> top-2048 as cache slots -> sparse MLA decode over an fp8_ds_mla cache paged with
+    the same block table: the decode matches the FP64 reference over exactly the selected slots, the
+    selection matches torch.topk as a set, and short contexts' -1 fill (topk_length) reads nothing."""
+    from chordrt import mla_reference as mr
+
+    g = gen(heads + 5)
+    page, topk = 64, 2048
+    lens = [3000, 700, 2048 + 64 * 5 + 3]
+    tokens = len(lens)
+    cache, table, num_pages = paged_setup(tokens, page, lens, g)
+    q_i, w_i = random_query(tokens, 64, g)
+    lens_t = torch.tensor(lens, dtype=torch.int32, device=DEV)
+    max_context = table.shape[1] * page
+    logits = chordrt.dsa_indexer_logits(q_i, w_i, cache, table, lens_t, page, max_context=max_context)
+    slots = chordrt.dsa_topk(logits, lens_t, topk, block_table=table, page_size=page)
+    dr.check_topk(torch, slots, logits, lens_t, topk, block_table=table, page_size=page)
+    # The latent cache shares the paging: one 656-byte record per slot; slots never selected stay NaN.
+    num_slots = num_pages * page
+    kv = torch.randn((num_slots, 576), generator=g, device=DEV).to(torch.bfloat16)
+    mla_cache = torch.full((num_pages, page, mr.record_bytes("fp8_ds_mla", 64)), 0xFF, dtype=torch.uint8, device=DEV)
+    chosen = slots[slots >= 0].unique().long()
+    chordrt.mla_cache_write(kv[chosen], chosen, mla_cache.view(num_slots, -1))
+    q = torch.randn((tokens, heads, 576), generator=g, device=DEV).to(torch.bfloat16)
+    length = lens_t.clamp(max=topk)
+    out, lse = chordrt.sparse_mla_decode(q, mla_cache, slots, 576 ** -0.5, topk_length=length)
+    want_out, want_lse = mr.sparse_mla_reference(
+        q, mr.records_to_fp32(mla_cache.view(num_slots, -1), "fp8_ds_mla", 64), slots, 576 ** -0.5, topk_length=length)
+    err = (out.float() - want_out.float()).abs() - (1e-3 + (2 / 128) * want_out.float().abs())
+    assert (err <= 0).all(), f"decode over the indexer's slots: worst excess {err.max().item():.3g}"
+    assert torch.allclose(lse.double(), want_lse.double(), rtol=1e-5, atol=1e-5)
