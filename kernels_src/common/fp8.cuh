@@ -1,4 +1,5 @@
-// FP8 E4M3 quantization helpers (PTX only): IEEE division and the saturating two-value conversion.
+// FP8 E4M3 helpers (PTX only): IEEE division and the saturating two-value conversion (quantizing), and
+// the exact E4M3 -> F16 conversion (reading).
 #pragma once
 
 #include "common/types.cuh"
@@ -18,6 +19,13 @@ __device__ __forceinline__ uint32_t e4m3x2_satfinite(float lo, float hi) {
   uint16_t r;
   asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(hi), "f"(lo));
   return r;
+}
+
+// Four E4M3 bytes -> two F16 pairs (exact: F16 holds every E4M3 value): lo from bytes 0-1, hi from 2-3.
+__device__ __forceinline__ void e4m3x4_to_f16x2(uint32_t x, uint32_t& lo, uint32_t& hi) {
+  asm("{\n\t.reg .b16 l, h;\n\tmov.b32 {l, h}, %2;\n\tcvt.rn.f16x2.e4m3x2 %0, l;\n\tcvt.rn.f16x2.e4m3x2 %1, h;\n}"
+      : "=r"(lo), "=r"(hi)
+      : "r"(x));
 }
 
 }  // namespace chord

@@ -15,6 +15,14 @@ __device__ __forceinline__ void mma_bf16_m16n8k16(float (&d)[4], const uint32_t 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// The same with F16 operands.
+__device__ __forceinline__ void mma_f16_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
 // D = A * B + D for one m16n8k32 tile, E4M3 operands, FP32 accumulators. 8-bit fragments (PTX ISA): lane
 // (g, t) holds a = {A[g][4t..4t+3], A[g+8][4t..], A[g][16+4t..], A[g+8][16+4t..]} (lowest k in the lowest
 // byte), b = {B[4t..4t+3][g], B[16+4t..][g]} and d as for m16n8k16.

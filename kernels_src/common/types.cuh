@@ -19,6 +19,23 @@ struct alignas(2) bf16 {
 
 __device__ __forceinline__ float to_float(bf16 v) { return __uint_as_float(static_cast<uint32_t>(v.bits) << 16); }
 
+// +inf (NVRTC has no math.h INFINITY).
+__device__ __forceinline__ float inf_f32() { return __int_as_float(0x7f800000); }
+
+// Two FP32 values as one BF16 pair, lo in the low half (cvt puts its first source in the high half).
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// The same as an F16 pair.
+__device__ __forceinline__ uint32_t pack_f16x2(float lo, float hi) {
+  uint32_t r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
 __device__ __forceinline__ bf16 to_bf16(float f) {
   bf16 r;
   asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r.bits) : "f"(f));

@@ -69,7 +69,7 @@ __global__ void __launch_bounds__(KEY_WARPS* HEAD_GROUPS * 32, KEY_WARPS* HEAD_G
   const int ctx = min(max(context_lens[t], 0), max_context);
   const int live_end = min(ctx, end);
   float* out = logits + t * max_context;
-  for (int p = max(ctx, start) + tid; p < end; p += kThreads) out[p] = -__int_as_float(0x7f800000);
+  for (int p = max(ctx, start) + tid; p < end; p += kThreads) out[p] = -inf_f32();
   if (live_end <= start) return;
 
   // The range's block-table entries, validated once (never read a page outside the cache).
@@ -185,7 +185,7 @@ __global__ void __launch_bounds__(KEY_WARPS* HEAD_GROUPS * 32, KEY_WARPS* HEAD_G
         float sum = partial_s[key];
 #pragma unroll
         for (int h = 1; h < HEAD_GROUPS; ++h) sum += partial_s[h * kStageKeys + key];
-        out[p] = pages_s[p / PAGE - page0] >= 0 ? sum * scales_s[slot * kStageKeys + key] : -__int_as_float(0x7f800000);
+        out[p] = pages_s[p / PAGE - page0] >= 0 ? sum * scales_s[slot * kStageKeys + key] : -inf_f32();
       }
     }
   }

@@ -7,26 +7,10 @@
 // Rows stride over the grid, so any grid size covers any T.
 #pragma once
 
-#include "common/types.cuh"
+#include "common/fp8.cuh"
+#include "mla/record.cuh"
 
 namespace chord::mla {
-
-constexpr int kLatentDims = 512;
-constexpr int kTileDims = 128;
-constexpr int kTiles = kLatentDims / kTileDims;
-
-__device__ __forceinline__ float div_rn(float a, float b) {
-  float r;
-  asm("div.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
-  return r;
-}
-
-// Two FP32 values to two E4M3 bytes, lo at the lower address (cvt puts its first source in the upper byte).
-__device__ __forceinline__ uint32_t e4m3x2(float lo, float hi) {
-  uint16_t r;
-  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(hi), "f"(lo));
-  return r;
-}
 
 __device__ __forceinline__ float bf16_bits_to_float(uint32_t bits16) { return __uint_as_float(bits16 << 16); }
 
@@ -44,21 +28,21 @@ __device__ __forceinline__ void write_fp8_ds_mla(const bf16* __restrict__ row, u
 #pragma unroll
     for (int d = 16; d >= 1; d >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, d));
     const float scale = fmaxf(div_rn(amax, 448.0f), 1.17549435e-38f);  // FLT_MIN
-    const uint32_t packed =
-        e4m3x2(div_rn(x0, scale), div_rn(x1, scale)) | (e4m3x2(div_rn(x2, scale), div_rn(x3, scale)) << 16);
+    const uint32_t packed = e4m3x2_satfinite(div_rn(x0, scale), div_rn(x1, scale)) |
+                            (e4m3x2_satfinite(div_rn(x2, scale), div_rn(x3, scale)) << 16);
     *reinterpret_cast<uint32_t*>(rec + t * kTileDims + lane * 4) = packed;
-    if (lane == t) reinterpret_cast<float*>(rec + kLatentDims)[t] = scale;
+    if (lane == t) reinterpret_cast<float*>(rec + kNopeDims)[t] = scale;
   }
   if constexpr (ROPE_DIMS > 0) {
-    const uint32_t* src = reinterpret_cast<const uint32_t*>(row + kLatentDims);
-    uint32_t* dst = reinterpret_cast<uint32_t*>(rec + kLatentDims + kTiles * 4);
+    const uint32_t* src = reinterpret_cast<const uint32_t*>(row + kNopeDims);
+    uint32_t* dst = reinterpret_cast<uint32_t*>(rec + kNopeDims + kTiles * 4);
     for (int i = lane; i < ROPE_DIMS / 2; i += 32) dst[i] = src[i];
   }
 }
 
 template <int ROPE_DIMS>
 __device__ __forceinline__ void write_bf16(const bf16* __restrict__ row, uint8_t* __restrict__ rec, int lane) {
-  constexpr int kChunks = (kLatentDims + ROPE_DIMS) * 2 / 16;
+  constexpr int kChunks = (kNopeDims + ROPE_DIMS) * 2 / 16;
   const uint4* src = reinterpret_cast<const uint4*>(row);
   uint4* dst = reinterpret_cast<uint4*>(rec);
   for (int i = lane; i < kChunks; i += 32) dst[i] = src[i];
@@ -70,8 +54,8 @@ __global__ void __launch_bounds__(WARPS * 32)
                        uint8_t* __restrict__ cache, int64_t num_tokens, int64_t num_slots) {
   static_assert(FORMAT == 0 || FORMAT == 1, "format: 0 = fp8_ds_mla, 1 = bf16");
   static_assert(ROPE_DIMS == 0 || ROPE_DIMS == 64, "rope_dims: 0 or 64");
-  constexpr int kRowDims = kLatentDims + ROPE_DIMS;
-  constexpr int64_t kRecordBytes = FORMAT == 0 ? kLatentDims + kTiles * 4 + ROPE_DIMS * 2 : kRowDims * 2;
+  constexpr int kRowDims = kNopeDims + ROPE_DIMS;
+  constexpr int64_t kRecordBytes = Record<FORMAT, ROPE_DIMS>::kBytes;
   const int lane = threadIdx.x & 31;
   for (int64_t t = static_cast<int64_t>(blockIdx.x) * WARPS + threadIdx.x / 32; t < num_tokens;
        t += static_cast<int64_t>(gridDim.x) * WARPS) {

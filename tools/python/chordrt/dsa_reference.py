@@ -13,6 +13,8 @@ slot s is token s % page_size of page s // page_size.
 
 from __future__ import annotations
 
+from .moe_reference import error_stats  # noqa: F401 (re-exported: the bench reports through it)
+
 HEAD_DIM = 128
 TOKEN_BYTES = HEAD_DIM + 4
 FLT_MIN = 1.1754943508222875e-38
@@ -121,11 +123,3 @@ def check_topk(torch, indices, logits, context_lens, topk, block_table=None, pag
             have = logits[t, sel].sort().values
             assert torch.equal(have, want), f"row {t}: selected values differ from torch.topk's"
 
-
-def error_stats(torch, out, ref) -> dict:
-    """Relative Frobenius error, cosine similarity and max abs difference of out against ref."""
-    o, r = out.to(torch.float64).flatten(), ref.to(torch.float64).flatten()
-    denom = torch.linalg.vector_norm(r).item()
-    rel = torch.linalg.vector_norm(o - r).item() / denom if denom > 0 else torch.linalg.vector_norm(o).item()
-    cos = torch.nn.functional.cosine_similarity(o, r, dim=0).item() if denom > 0 else 1.0
-    return {"rel_err": rel, "cosine": cos, "max_abs": (o - r).abs().max().item() if o.numel() else 0.0}
