@@ -3,6 +3,7 @@
 Timings are medians of CUDA-event-timed rounds; ceilings (device copy, streaming read, dense BF16
 GEMM) are measured in the same process as the kernels they are compared with.
 """
+import json
 import math
 import pathlib
 import re
@@ -112,3 +113,21 @@ def default_out(bench):
 
 def int_list(text):
     return tuple(int(t) for t in text.split(",") if t)
+
+
+def write_result(out_path, args, ceil, start, rows, skipped, **fields):
+    """The run's JSON (device, same-run ceilings, arguments, wall time, `fields`, rows, budget-skipped
+    points) at out_path; prints where it went."""
+    result = {
+        "device": torch.cuda.get_device_name(),
+        "ceilings": ceil,
+        "args": {k: v for k, v in vars(args).items() if k != "profile"},
+        "wall_s": time.monotonic() - start,
+        **fields,
+        "results": rows,
+        "skipped": skipped,
+    }
+    out_path = pathlib.Path(out_path)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.write_text(json.dumps(result, indent=2))
+    print(f"wrote {out_path}")

@@ -20,7 +20,6 @@ Usage: dsa_bench.py [--json FILE | --out FILE] [--quick] [--heads 64,32] [--toke
 Without --json / --out the result goes to bench/results/dsa_bench-<device>-<date><letter>.json.
 """
 import argparse
-import json
 import pathlib
 import sys
 import time
@@ -32,7 +31,7 @@ try:
 except ImportError:  # run from a checkout without PYTHONPATH=tools/python
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tools" / "python"))
     import chordrt
-from bench_common import ceilings, default_out, graph_time_us, int_list, sets_for
+from bench_common import write_result, ceilings, default_out, graph_time_us, int_list, sets_for
 from chordrt import dsa_reference as dr
 
 PAGE = 64
@@ -237,21 +236,13 @@ def main():
     targeted = [r for r in rows if r["target_us"] is not None]
     met = sum(r["target_met"] for r in targeted)
     print(f"targets: {met}/{len(targeted)} met" + (f"; skipped (budget): {', '.join(skipped)}" if skipped else ""))
-    result = {
-        "device": torch.cuda.get_device_name(),
-        "ceilings": ceil,
-        "args": {k: v for k, v in vars(args).items() if k != "profile"},
-        "wall_s": time.monotonic() - start,
-        "page_size": PAGE,
-        "context": CONTEXT,
-        "targets": TARGETS,
-        "baseline_timing": BASELINE_TIMING,
-        "results": rows,
-        "skipped": skipped,
-    }
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.write_text(json.dumps(result, indent=2))
-    print(f"wrote {out_path}")
+    write_result(
+        out_path, args, ceil, start, rows, skipped,
+        page_size=PAGE,
+        context=CONTEXT,
+        targets=TARGETS,
+        baseline_timing=BASELINE_TIMING,
+    )
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ Usage: grouped_bench.py [--json FILE | --out FILE] [--quick] [--eps 8,16,32] [--
 Without --json / --out the result goes to bench/results/grouped_bench-<device>-<date><letter>.json.
 """
 import argparse
-import json
 import pathlib
 import sys
 import time
@@ -31,7 +30,7 @@ try:
 except ImportError:  # run from a checkout without PYTHONPATH=tools/python
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tools" / "python"))
     import chordrt
-from bench_common import ceilings, default_out, graph_time_us, int_list, sets_for
+from bench_common import write_result, ceilings, default_out, graph_time_us, int_list, sets_for
 from chordrt import moe_reference as mr
 from w4a16_weights import checkpoint_pool, dequant_bf16
 
@@ -281,18 +280,10 @@ def main():
     targeted = [r for r in rows if r["target_us"] is not None]
     met = sum(r["target_met"] for r in targeted)
     print(f"targets: {met}/{len(targeted)} met" + (f"; skipped (budget): {', '.join(skipped)}" if skipped else ""))
-    result = {
-        "device": torch.cuda.get_device_name(),
-        "ceilings": ceil,
-        "args": {k: v for k, v in vars(args).items() if k != "profile"},
-        "wall_s": time.monotonic() - start,
-        "targets": {f"{m}/{p}": t for (m, p), t in TARGETS.items()},
-        "results": rows,
-        "skipped": skipped,
-    }
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.write_text(json.dumps(result, indent=2))
-    print(f"wrote {out_path}")
+    write_result(
+        out_path, args, ceil, start, rows, skipped,
+        targets={f"{m}/{p}": t for (m, p), t in TARGETS.items()},
+    )
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ Usage: indexed_bench.py [--json FILE | --out FILE] [--quick] [--cases EP8/prefil
 Without --json / --out the result goes to bench/results/indexed_bench-<device>-<date><letter>.json.
 """
 import argparse
-import json
 import math
 import pathlib
 import statistics
@@ -40,7 +39,7 @@ try:
 except ImportError:  # run from a checkout without PYTHONPATH=tools/python
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tools" / "python"))
     import chordrt
-from bench_common import ceilings, default_out, graph_time_us, int_list, sets_for
+from bench_common import write_result, ceilings, default_out, graph_time_us, int_list, sets_for
 from chordrt import moe_reference as mr
 from w4a16_weights import checkpoint_pool, dequant_bf16
 
@@ -352,21 +351,13 @@ def main():
     targeted = [r for r in rows if r["target_us"] is not None]
     met = sum(r["target_met"] for r in targeted)
     print(f"targets: {met}/{len(targeted)} met" + (f"; skipped (budget): {', '.join(skipped)}" if skipped else ""))
-    result = {
-        "device": torch.cuda.get_device_name(),
-        "ceilings": ceil,
-        "args": {k: v for k, v in vars(args).items() if k != "profile"},
-        "wall_s": time.monotonic() - start,
-        "cases": {c.key: {"experts": c.experts, "global_experts": c.global_experts, "expert_map": c.expert_map,
-                          "layout": c.layout, "top_k": TOP_K, "shapes": c.shapes} for c in CASES},
-        "targets": TARGETS,
-        "baseline_timing": BASELINE_TIMING,
-        "results": rows,
-        "skipped": skipped,
-    }
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.write_text(json.dumps(result, indent=2))
-    print(f"wrote {out_path}")
+    write_result(
+        out_path, args, ceil, start, rows, skipped,
+        cases={c.key: {"experts": c.experts, "global_experts": c.global_experts, "expert_map": c.expert_map,
+                       "layout": c.layout, "top_k": TOP_K, "shapes": c.shapes} for c in CASES},
+        targets=TARGETS,
+        baseline_timing=BASELINE_TIMING,
+    )
 
 
 if __name__ == "__main__":

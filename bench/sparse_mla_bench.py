@@ -18,7 +18,6 @@ Usage: sparse_mla_bench.py [--json FILE | --out FILE] [--quick] [--cases fp8/h8,
 Without --json / --out the result goes to bench/results/sparse_mla_bench-<device>-<date><letter>.json.
 """
 import argparse
-import json
 import math
 import pathlib
 import sys
@@ -32,7 +31,7 @@ try:
 except ImportError:  # run from a checkout without PYTHONPATH=tools/python
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tools" / "python"))
     import chordrt
-from bench_common import int_list, L2_BYTES, ceilings, default_out, graph_time_us
+from bench_common import write_result, int_list, L2_BYTES, ceilings, default_out, graph_time_us
 from chordrt import mla_reference as ref
 from chordrt import moe_reference as mr
 
@@ -233,21 +232,13 @@ def main():
     targeted = [r for r in rows if r["target_met"] is not None]
     print(f"targets: {sum(r['target_met'] for r in targeted)}/{len(targeted)} met" +
           (f"; skipped (budget): {', '.join(skipped)}" if skipped else ""))
-    result = {
-        "device": torch.cuda.get_device_name(),
-        "ceilings": ceil,
-        "args": vars(args),
-        "wall_s": time.monotonic() - start,
-        "cases": {c.name: {"format": c.format, "rope_dims": c.rope, "heads": c.heads, "tokens": list(c.tokens)}
-                  for c in CASES},
-        "targets": {"us": TARGET_US, "h16_over_h8": H16_OVER_H8, "tflops": TARGET_TFLOPS},
-        "baseline_timing": BASELINE_TIMING,
-        "results": rows,
-        "skipped": skipped,
-    }
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.write_text(json.dumps(result, indent=2))
-    print(f"wrote {out_path}")
+    write_result(
+        out_path, args, ceil, start, rows, skipped,
+        cases={c.name: {"format": c.format, "rope_dims": c.rope, "heads": c.heads, "tokens": list(c.tokens)}
+        for c in CASES},
+        targets={"us": TARGET_US, "h16_over_h8": H16_OVER_H8, "tflops": TARGET_TFLOPS},
+        baseline_timing=BASELINE_TIMING,
+    )
 
 
 if __name__ == "__main__":
