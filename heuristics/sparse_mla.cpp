@@ -17,19 +17,16 @@ int ceil_div(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
 
 }  // namespace
 
-size_t mla_record_bytes(MlaCacheFormat format, int rope_dims) {
+size_t mla_record_bytes(int64_t format, int64_t rope_dims) {
   if (rope_dims != 0 && rope_dims != 64) return 0;
-  switch (format) {
-    case MlaCacheFormat::kFp8DsMla:
-      return kMlaNopeDims + 4 * 4 + 2 * static_cast<size_t>(rope_dims);
-    case MlaCacheFormat::kBf16:
-      return 2 * (kMlaNopeDims + static_cast<size_t>(rope_dims));
-  }
+  const auto rope = static_cast<size_t>(rope_dims);
+  if (format == static_cast<int>(MlaCacheFormat::kFp8DsMla)) return kMlaNopeDims + 4 * sizeof(float) + 2 * rope;
+  if (format == static_cast<int>(MlaCacheFormat::kBf16)) return 2 * (kMlaNopeDims + rope);
   return 0;
 }
 
 size_t sparse_mla_dynamic_smem(MlaCacheFormat format, int rope_dims, int head_group, int warps, int stages) {
-  const size_t record = mla_record_bytes(format, rope_dims);
+  const size_t record = mla_record_bytes(static_cast<int>(format), rope_dims);
   const size_t row = format == MlaCacheFormat::kFp8DsMla ? record : record + 16;
   const size_t hg = static_cast<size_t>(head_group);
   size_t bytes = static_cast<size_t>(stages) * kMlaBlockKeys * row;       // records

@@ -19,8 +19,9 @@ inline constexpr int kMlaMaxHeads = 128;
 inline constexpr int kMlaMaxSplits = 64;
 inline constexpr int64_t kMlaMaxTokens = 65535;  // grid.y
 
-// Bytes of one token's record (SPEC §3.4); 0 for an unknown format or RoPE dims other than 0 / 64.
-size_t mla_record_bytes(MlaCacheFormat format, int rope_dims);
+// Bytes of one token's record (SPEC §3.4) for a format given as its int (chord_mla_cache_format_t);
+// 0 for an unknown format or RoPE dims other than 0 / 64. Shared by the writer and the decoder.
+size_t mla_record_bytes(int64_t format, int64_t rope_dims);
 
 struct SparseMlaShape {
   MlaCacheFormat format = MlaCacheFormat::kFp8DsMla;

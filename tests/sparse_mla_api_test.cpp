@@ -60,7 +60,7 @@ TEST_CASE("sparse MLA record sizes", "[sparse_mla]") {
   CHECK(chord_mla_cache_record_bytes(CHORD_MLA_CACHE_BF16, 0) == 1024);
   CHECK(chord_mla_cache_record_bytes(CHORD_MLA_CACHE_BF16, 32) == 0);
   CHECK(chord_mla_cache_record_bytes(7, 64) == 0);
-  CHECK(chordrt::heuristics::mla_record_bytes(MlaCacheFormat::kFp8DsMla, 64) == 656);
+  CHECK(chordrt::heuristics::mla_record_bytes(static_cast<int>(MlaCacheFormat::kFp8DsMla), 64) == 656);
 }
 
 TEST_CASE("sparse MLA heuristics: head groups, warps and the split", "[sparse_mla]") {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "heuristics/sparse_mla.hpp"
 #include "runtime/jit_runtime.hpp"
 #include "runtime/launch.hpp"
 #include "runtime/ops/validate.hpp"
@@ -44,14 +45,6 @@ std::vector<jit::Descriptor> examples(jit::Arch arch) {
 
 const KernelFamily kMlaCacheWriteFamily{kSchema, program, examples};
 
-size_t mla_record_bytes(int64_t format, int64_t rope_dims) {
-  if (rope_dims != 0 && rope_dims != 64) return 0;
-  const auto rope = static_cast<size_t>(rope_dims);
-  if (format == CHORD_MLA_CACHE_FP8_DS_MLA) return 512 + 4 * sizeof(float) + 2 * rope;
-  if (format == CHORD_MLA_CACHE_BF16) return 2 * (512 + rope);
-  return 0;
-}
-
 jit::Descriptor mla_cache_write_descriptor(jit::Arch arch, chord_mla_cache_format_t format, int rope_dims) {
   return jit::Descriptor(kSchema, arch, {format, rope_dims, kWarps});
 }
@@ -60,7 +53,9 @@ jit::Descriptor mla_cache_write_descriptor(jit::Arch arch, chord_mla_cache_forma
 
 namespace chordrt {
 
-size_t mla_cache_record_bytes(int32_t format, int32_t rope_dims) { return ops::mla_record_bytes(format, rope_dims); }
+size_t mla_cache_record_bytes(int32_t format, int32_t rope_dims) {
+  return heuristics::mla_record_bytes(format, rope_dims);
+}
 
 void mla_cache_write(const chord_mla_cache_write_args_t& a, CUstream stream) {
   constexpr const char* op = "mla_cache_write";
@@ -71,7 +66,7 @@ void mla_cache_write(const chord_mla_cache_write_args_t& a, CUstream stream) {
   if (a.rope_dims != 0 && a.rope_dims != 64) {
     throw_error(CHORD_ERROR_INVALID_ARGUMENT, "{}: rope_dims must be 64 or 0 (NoPE), got {}", op, a.rope_dims);
   }
-  const auto record = static_cast<int64_t>(ops::mla_record_bytes(a.format, a.rope_dims));
+  const auto record = static_cast<int64_t>(heuristics::mla_record_bytes(a.format, a.rope_dims));
   const int64_t row_bytes = 2 * (512 + a.rope_dims);
   ops::require_range(a.num_tokens, 0, INT64_MAX / row_bytes, op, "num_tokens");
   ops::require_range(a.num_slots, 1, INT64_MAX / record, op, "num_slots");
