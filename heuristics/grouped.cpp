@@ -3,7 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <charconv>
+
+#include "heuristics/config_override.hpp"
 
 namespace chordrt::heuristics {
 
@@ -105,27 +106,7 @@ GroupedConfig select_grouped(const GroupedShape& s, int64_t rows_hint, const Dev
 }
 
 std::string apply_grouped_override(std::string_view spec, GroupedConfig& c) {
-  while (!spec.empty()) {
-    const size_t comma = spec.find(',');
-    const std::string_view item = spec.substr(0, comma);
-    spec = comma == std::string_view::npos ? std::string_view() : spec.substr(comma + 1);
-    const size_t eq = item.find('=');
-    if (eq == std::string_view::npos) return fmt::format("expected field=value, got \"{}\"", item);
-    const std::string_view field = item.substr(0, eq), digits = item.substr(eq + 1);
-    int value = 0;
-    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
-    if (ec != std::errc() || end != digits.data() + digits.size()) return fmt::format("bad value in \"{}\"", item);
-    if (field == "block_m") {
-      c.block_m = value;
-    } else if (field == "slices") {
-      c.slices = value;
-    } else if (field == "stages") {
-      c.stages = value;
-    } else {
-      return fmt::format("unknown key \"{}\" (block_m, slices, stages)", field);
-    }
-  }
-  return "";
+  return apply_int_overrides(spec, {{"block_m", &c.block_m}, {"slices", &c.slices}, {"stages", &c.stages}});
 }
 
 }  // namespace chordrt::heuristics

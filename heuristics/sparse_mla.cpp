@@ -1,7 +1,8 @@
 #include "heuristics/sparse_mla.hpp"
 
 #include <algorithm>
-#include <charconv>
+
+#include "heuristics/config_override.hpp"
 
 namespace chordrt::heuristics {
 
@@ -103,29 +104,8 @@ size_t sparse_mla_workspace_bytes(const SparseMlaShape& s, const SparseMlaConfig
 }
 
 std::string apply_sparse_mla_override(std::string_view spec, SparseMlaConfig& c) {
-  while (!spec.empty()) {
-    const size_t comma = spec.find(',');
-    const std::string_view item = spec.substr(0, comma);
-    spec = comma == std::string_view::npos ? std::string_view() : spec.substr(comma + 1);
-    const size_t eq = item.find('=');
-    if (eq == std::string_view::npos) return "expected field=value, got \"" + std::string(item) + "\"";
-    const std::string_view field = item.substr(0, eq), digits = item.substr(eq + 1);
-    int value = 0;
-    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
-    if (ec != std::errc() || end != digits.data() + digits.size()) return "bad value in \"" + std::string(item) + "\"";
-    if (field == "head_group") {
-      c.head_group = value;
-    } else if (field == "warps") {
-      c.warps = value;
-    } else if (field == "stages") {
-      c.stages = value;
-    } else if (field == "splits") {
-      c.splits = value;
-    } else {
-      return "unknown field \"" + std::string(field) + "\" (head_group, warps, stages, splits)";
-    }
-  }
-  return "";
+  return apply_int_overrides(
+      spec, {{"head_group", &c.head_group}, {"warps", &c.warps}, {"stages", &c.stages}, {"splits", &c.splits}});
 }
 
 std::string sparse_mla_config_error(const SparseMlaShape& s, const SparseMlaConfig& c, const DeviceFacts& facts) {

@@ -1,8 +1,9 @@
 #include "heuristics/warp_decode.hpp"
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
+
+#include "heuristics/config_override.hpp"
 
 namespace chordrt::heuristics {
 
@@ -116,40 +117,27 @@ int warp_decode_down_dynamic_smem(WeightFormat f, const WarpDecodeDownConfig& c)
 }
 
 std::string apply_warp_decode_override(std::string_view spec, WarpDecodeGateUpConfig& g, WarpDecodeDownConfig& d) {
-  while (!spec.empty()) {
-    const size_t comma = spec.find(',');
-    const std::string_view item = spec.substr(0, comma);
-    spec = comma == std::string_view::npos ? std::string_view() : spec.substr(comma + 1);
+  // Keys name the kernel too; say so when an item lacks it.
+  for (std::string_view rest = spec; !rest.empty();) {
+    const size_t comma = rest.find(',');
+    const std::string_view item = rest.substr(0, comma);
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
     const size_t dot = item.find('.'), eq = item.find('=');
     if (dot == std::string_view::npos || eq == std::string_view::npos || eq < dot) {
       return "expected kernel.field=value, got \"" + std::string(item) + "\"";
     }
-    const std::string_view kernel = item.substr(0, dot), field = item.substr(dot + 1, eq - dot - 1);
-    int value = 0;
-    const std::string_view digits = item.substr(eq + 1);
-    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
-    if (ec != std::errc() || end != digits.data() + digits.size()) {
-      return "bad value in \"" + std::string(item) + "\"";
-    }
-    int* target = nullptr;
-    if (kernel == "gate_up") {
-      if (field == "k_split") target = &g.k_split;
-      if (field == "row_tiles") target = &g.row_tiles;
-      if (field == "n_tiles") target = &g.n_tiles;
-      if (field == "stage_groups") target = &g.stage_groups;
-      if (field == "stages") target = &g.stages;
-    } else if (kernel == "down") {
-      if (field == "warps") target = &d.warps;
-      if (field == "k_chunks") target = &d.k_chunks;
-      if (field == "row_tiles") target = &d.row_tiles;
-      if (field == "n_tiles") target = &d.n_tiles;
-      if (field == "stage_groups") target = &d.stage_groups;
-      if (field == "stages") target = &d.stages;
-    }
-    if (!target) return "unknown key \"" + std::string(item.substr(0, eq)) + "\"";
-    *target = value;
   }
-  return "";
+  return apply_int_overrides(spec, {{"gate_up.k_split", &g.k_split},
+                                    {"gate_up.row_tiles", &g.row_tiles},
+                                    {"gate_up.n_tiles", &g.n_tiles},
+                                    {"gate_up.stage_groups", &g.stage_groups},
+                                    {"gate_up.stages", &g.stages},
+                                    {"down.warps", &d.warps},
+                                    {"down.k_chunks", &d.k_chunks},
+                                    {"down.row_tiles", &d.row_tiles},
+                                    {"down.n_tiles", &d.n_tiles},
+                                    {"down.stage_groups", &d.stage_groups},
+                                    {"down.stages", &d.stages}});
 }
 
 std::vector<int64_t> warp_decode_prewarm_tokens() {

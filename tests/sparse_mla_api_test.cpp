@@ -107,7 +107,7 @@ TEST_CASE("sparse MLA overrides are parsed and checked", "[sparse_mla]") {
   CHECK(apply_sparse_mla_override("head_group=8,warps=4,stages=3", c).empty());
   CHECK(c.head_group == 8);
   CHECK(c.stages == 3);
-  CHECK_THAT(apply_sparse_mla_override("tiles=2", c), Contains("unknown field"));
+  CHECK_THAT(apply_sparse_mla_override("tiles=2", c), Contains("unknown key \"tiles\""));
   CHECK_THAT(apply_sparse_mla_override("stages=x", c), Contains("bad value"));
   CHECK_THAT(apply_sparse_mla_override("stages", c), Contains("field=value"));
   SparseMlaConfig bad = c;
