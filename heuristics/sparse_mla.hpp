@@ -33,7 +33,7 @@ struct SparseMlaShape {
 
 struct SparseMlaConfig {
   int head_group;  // heads per CTA: 8, 16, 32 or 64 (a divisor of num_heads)
-  int warps;       // 4 or 8: four 16-key groups, times two head (or, at 8 heads, dim) splits
+  int warps;       // 4, 8 or 16: four 16-key groups, times head splits (at 8 heads and 8 warps, dim splits)
   int stages;      // 64-key blocks in flight per CTA
   int splits;      // CTAs sharing one (token, head group)'s top-k; > 1 adds the combine kernel
   int blocks_per_split;
