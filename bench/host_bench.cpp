@@ -43,7 +43,7 @@ json bench_compile() {
   opts.cache.primary = dir;
   std::vector<jit::Descriptor> all;
   for (const KernelFamily* f : kernel_families()) {
-    for (const auto& d : f->examples(jit::Arch{90, 'a'})) all.push_back(d);
+    for (const auto& d : f->examples(Arch{90, 'a'})) all.push_back(d);
   }
   json kernels = json::array();
   std::vector<double> cold, load;
@@ -102,20 +102,19 @@ json bench_launch() {
   CUdeviceptr in = 0, out = 0;
   check_cuda(api.cuMemAlloc(&in, rows * 2 * inter * 2), "alloc");
   check_cuda(api.cuMemAlloc(&out, rows * inter * 2), "alloc");
-  SiluAndMulArgs args{reinterpret_cast<void*>(in), reinterpret_cast<void*>(out), rows, inter};
-  silu_and_mul(args, stream);  // warm: compile/load once
+  chord_silu_and_mul_args_t args{sizeof(args), reinterpret_cast<void*>(in), reinterpret_cast<void*>(out), rows, inter};
+  ops::silu_and_mul(args, stream);  // warm: compile/load once
   check_cuda(api.cuStreamSynchronize(stream), "sync");
 
   JitRuntime& rt = JitRuntime::global();
   const ContextState& cs = rt.context_for(stream);
   const auto config = heuristics::select_rowwise(inter);
-  const jit::Descriptor desc = ops::silu_and_mul_descriptor(cs.facts.arch, inter);
-  const LoadedKernel& k = rt.kernel(desc, cs, stream);
+  const LoadedKernel& k = ops::SiluAndMulFamily::kernel(ops::silu_and_mul_key(inter), cs, stream);
   const auto grid = heuristics::rowwise_grid(rows, inter, config);
   const void* kargs[] = {&args.input, &args.output, &args.rows, &args.intermediate};
 
   constexpr int kBatches = 50, kPerBatch = 200;
-  const double op_us = host_us_per_call([&] { silu_and_mul(args, stream); }, kBatches, kPerBatch);
+  const double op_us = host_us_per_call([&] { ops::silu_and_mul(args, stream); }, kBatches, kPerBatch);
   const double raw_us = host_us_per_call(
       [&] {
         CUlaunchConfig c{};
@@ -132,8 +131,8 @@ json bench_launch() {
   const double lookup_us = host_us_per_call(
       [&] {
         const ContextState& c = rt.context_for(stream);
-        const jit::Descriptor dd = ops::silu_and_mul_descriptor(c.facts.arch, inter);
-        sink = sink + reinterpret_cast<uintptr_t>(rt.kernel(dd, c, stream).function);
+        sink = sink + reinterpret_cast<uintptr_t>(
+                          ops::SiluAndMulFamily::kernel(ops::silu_and_mul_key(inter), c, stream).function);
       },
       kBatches, kPerBatch * 10);
   api.cuMemFree(in);

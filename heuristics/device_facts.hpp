@@ -1,14 +1,22 @@
 // What heuristics may know about the device: plain values, so configs are pure functions.
 #pragma once
 
-#include "jit_cache/descriptor.hpp"
+#include "runtime/core/arch.hpp"
 
 namespace chordrt::heuristics {
 
 struct DeviceFacts {
-  jit::Arch arch{90, 'a'};
+  Arch arch{90, 'a'};
   int sm_count = 132;
   int max_smem_per_block_optin = 227 * 1024;
+
+  // The facts an offline prewarm (no device) plans for: sm_90a means an H100/H200 SXM (132 SMs,
+  // 227 KB of opt-in shared memory per block), the defaults above, with `arch` as given.
+  static DeviceFacts offline(Arch arch) {
+    DeviceFacts f;
+    f.arch = arch;
+    return f;
+  }
 };
 
 }  // namespace chordrt::heuristics

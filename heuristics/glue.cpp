@@ -2,13 +2,17 @@
 
 #include <algorithm>
 
+#include "kernels_src/glue/params.cuh"
+
 namespace chordrt::heuristics {
 
 MoeAlignConfig select_moe_align(int num_experts, int64_t num_routes, const DeviceFacts& facts) {
-  // Shared memory: 4 bytes x (warps x experts + 4 x experts + 1 + warps), as the kernel lays it out.
-  const int64_t words = facts.max_smem_per_block_optin / 4 - 4 * int64_t{num_experts} - 1;
-  const int64_t warps = std::clamp<int64_t>(words / (num_experts + 1), 1, 32);
-  return {static_cast<int>(warps * 32), num_routes > kMoeAlignClusterMinRoutes ? 8 : 1};
+  int warps = 32;
+  while (warps > 1 && chord::moe_align_smem_bytes(num_experts, 32 * warps) >
+                          static_cast<uint32_t>(facts.max_smem_per_block_optin)) {
+    --warps;
+  }
+  return {32 * warps, num_routes > kMoeAlignClusterMinRoutes ? chord::kMoeAlignMaxCluster : 1};
 }
 
 std::vector<MoeAlignConfig> moe_align_configs(int num_experts, const DeviceFacts& facts) {

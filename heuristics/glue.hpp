@@ -9,10 +9,9 @@
 namespace chordrt::heuristics {
 
 struct MoeAlignConfig {
-  int threads;  // per CTA; its per-warp count rows take 4 * (threads/32) * experts bytes of smem
+  int threads;  // per CTA; its per-warp count rows take 4 * (threads/32) * experts bytes of smem (glue/params.cuh)
   int cluster;  // CTAs in the (single) cluster
 };
-inline constexpr int kMoeAlignMaxExperts = 1024;
 // Above this many routes a cluster of 8 CTAs shares the work: one CTA is issue-bound at ~1.6 ns per route
 // (measured on the H200), while the cluster adds ~1 us of barriers and DSMEM reads.
 inline constexpr int64_t kMoeAlignClusterMinRoutes = 2048;

@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-#include "runtime/error.hpp"
+#include "runtime/core/error.hpp"
 
 namespace chordrt::jit {
 

@@ -3,48 +3,27 @@
 #include <fmt/format.h>
 #include <xxhash.h>
 
-#include "runtime/error.hpp"
+#include "runtime/core/error.hpp"
 
 namespace chordrt::jit {
 
-std::string Arch::name() const { return suffix ? fmt::format("sm_{}{}", sm, suffix) : fmt::format("sm_{}", sm); }
-
-Arch Arch::parse(std::string_view text) {
-  std::string_view rest = text;
-  if (rest.starts_with("sm_")) rest.remove_prefix(3);
-  Arch arch;
-  size_t digits = 0;
-  // At most 4 digits are read (4 is already too many), so a long digit string cannot overflow sm.
-  while (digits < rest.size() && digits < 4 && rest[digits] >= '0' && rest[digits] <= '9') {
-    arch.sm = arch.sm * 10 + (rest[digits] - '0');
-    ++digits;
-  }
-  rest.remove_prefix(digits);
-  if (rest == "a") arch.suffix = 'a';
-  if (digits < 2 || digits > 3 || !(rest.empty() || rest == "a") || arch.sm < 70) {
-    throw_error(CHORD_ERROR_INVALID_ARGUMENT, "arch: expected a name like \"sm_90a\", got \"{}\"", text);
-  }
-  return arch;
-}
-
-Arch Arch::for_compute_capability(int major, int minor) {
-  Arch arch{major * 10 + minor, 0};
-  // Hopper and later expose their tensor-core instructions only through the arch-specific target.
-  if (major >= 9) arch.suffix = 'a';
-  return arch;
-}
-
-Descriptor::Descriptor(const FamilySchema& s, Arch a, std::initializer_list<int64_t> vals) : schema(&s), arch(a) {
+Descriptor::Descriptor(const FamilySchema& s, Arch a, std::span<const int64_t> vals) : schema(&s), arch(a) {
   if (vals.size() != s.fields.size() || vals.size() > kMaxDescriptorFields) {
     throw_error(CHORD_ERROR_INTERNAL, "descriptor {}: {} values for {} fields", s.family, vals.size(), s.fields.size());
   }
-  size_t i = 0;
-  for (int64_t v : vals) values[i++] = v;
+  for (size_t i = 0; i < vals.size(); ++i) {
+    const FieldSpec& f = s.fields[i];
+    if (vals[i] < f.min || vals[i] > f.max) {
+      throw_error(CHORD_ERROR_INVALID_ARGUMENT, "{}: {} must be in [{}, {}], got {}", s.family, f.name, f.min, f.max,
+                  vals[i]);
+    }
+    values[i] = vals[i];
+  }
 }
 
 int64_t Descriptor::get(std::string_view field) const {
   for (size_t i = 0; i < schema->fields.size(); ++i) {
-    if (schema->fields[i] == field) return values[i];
+    if (schema->fields[i].name == field) return values[i];
   }
   throw_error(CHORD_ERROR_INTERNAL, "descriptor {} has no field \"{}\"", schema->family, field);
 }
@@ -70,14 +49,14 @@ std::string canonical_serialization(const Descriptor& d) {
   append_field(out, "family", d.schema->family);
   append_field(out, "arch", d.arch.name());
   for (size_t i = 0; i < d.schema->fields.size(); ++i)
-    append_field(out, d.schema->fields[i], std::to_string(d.values[i]));
+    append_field(out, d.schema->fields[i].name, std::to_string(d.values[i]));
   return out;
 }
 
 std::string to_string(const Descriptor& d) {
   std::string out = fmt::format("{}[{}]{{", d.schema->family, d.arch.name());
   for (size_t i = 0; i < d.schema->fields.size(); ++i) {
-    fmt::format_to(std::back_inserter(out), "{}{}={}", i ? "," : "", d.schema->fields[i], d.values[i]);
+    fmt::format_to(std::back_inserter(out), "{}{}={}", i ? "," : "", d.schema->fields[i].name, d.values[i]);
   }
   out += '}';
   return out;

@@ -1,5 +1,6 @@
 // A kernel descriptor: which family, for which arch, with which integer parameters (shape, config).
-// Families define a static FamilySchema (name + ordered field names); jit_cache only sees the schema.
+// Families define a static FamilySchema (name + ordered fields with their ranges); jit_cache only sees
+// the schema.
 #pragma once
 
 #include <array>
@@ -10,25 +11,21 @@
 #include <string_view>
 #include <utility>
 
+#include "runtime/core/arch.hpp"
+
 namespace chordrt::jit {
 
 inline constexpr int kMaxDescriptorFields = 16;
 
-struct FamilySchema {
-  std::string_view family;  // e.g. "glue.moe_align"
-  std::span<const std::string_view> fields;
+// One descriptor field: its name and the values the kernel template accepts.
+struct FieldSpec {
+  std::string_view name;
+  int64_t min = 0, max = 0;
 };
 
-// Target architecture, e.g. sm_90a = {90, 'a'}.
-struct Arch {
-  int32_t sm = 0;
-  char suffix = 0;  // 'a' for arch-specific features (wgmma, setmaxnreg), 0 otherwise
-  std::string name() const;
-  // Parses "sm_90a", "sm_90", "90a". Throws chordrt::Error(INVALID_ARGUMENT) otherwise.
-  static Arch parse(std::string_view text);
-  // The arch chordrt compiles for on a device of this compute capability (9.0 -> sm_90a).
-  static Arch for_compute_capability(int major, int minor);
-  friend bool operator==(const Arch&, const Arch&) = default;
+struct FamilySchema {
+  std::string_view family;  // e.g. "glue.moe_align"
+  std::span<const FieldSpec> fields;
 };
 
 struct Descriptor {
@@ -37,8 +34,12 @@ struct Descriptor {
   std::array<int64_t, kMaxDescriptorFields> values{};
 
   Descriptor() = default;
-  // Values in the schema's field order; throws if the count does not match.
-  Descriptor(const FamilySchema& schema, Arch arch, std::initializer_list<int64_t> values);
+  // Values in the schema's field order. Throws INVALID_ARGUMENT naming the field, its range and the
+  // value when one is out of range (and INTERNAL when the count does not match).
+  Descriptor(const FamilySchema& schema, Arch arch, std::span<const int64_t> values);
+  // TEMPORARY (families not yet on JitFamily)
+  Descriptor(const FamilySchema& schema, Arch arch, std::initializer_list<int64_t> values)
+      : Descriptor(schema, arch, std::span<const int64_t>(values.begin(), values.size())) {}
 
   int64_t get(std::string_view field) const;  // throws if the schema has no such field
   int64_t operator[](size_t i) const { return values[i]; }

@@ -14,8 +14,8 @@
 #include <stdexcept>
 
 #include "jit_cache/cache_key.hpp"
-#include "runtime/error.hpp"
-#include "runtime/logging.hpp"
+#include "runtime/core/error.hpp"
+#include "runtime/core/logging.hpp"
 
 namespace fs = std::filesystem;
 

@@ -2,7 +2,7 @@
 
 #include <dlfcn.h>
 
-#include "runtime/error.hpp"
+#include "runtime/core/error.hpp"
 
 namespace chordrt {
 
@@ -10,6 +10,8 @@ namespace {
 
 // Every entry point is requested at the CUDA 12.0 ABI, the version whose signatures DriverApi spells.
 constexpr int kRequestedApiVersion = 12000;
+// The optional entry points are requested at the version that introduced them.
+constexpr int kOptionalApiVersion = 12040;
 
 using GetProcAddressV2 = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
 
@@ -29,16 +31,21 @@ Driver load_driver() {
     return d;
   }
   std::string missing;
-#define CHORD_LOAD_FN(name, type)                                                                                \
-  {                                                                                                              \
-    void* fn = nullptr;                                                                                          \
-    CUdriverProcAddressQueryResult status{};                                                                     \
-    if (get_proc(#name, &fn, kRequestedApiVersion, CU_GET_PROC_ADDRESS_DEFAULT, &status) != CUDA_SUCCESS || !fn) \
-      missing += " " #name;                                                                                      \
-    d.api.name = reinterpret_cast<std::add_pointer_t<type>>(fn);                                                 \
-  }
+  auto resolve = [&](const char* name, int version) -> void* {
+    void* fn = nullptr;
+    CUdriverProcAddressQueryResult status{};
+    if (get_proc(name, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &status) != CUDA_SUCCESS) return nullptr;
+    return fn;
+  };
+#define CHORD_LOAD_FN(name, type)                                                             \
+  if (!(d.api.name = reinterpret_cast<std::add_pointer_t<type>>(resolve(#name, kRequestedApiVersion)))) \
+    missing += " " #name;
   CHORD_DRIVER_FUNCTIONS(CHORD_LOAD_FN)
 #undef CHORD_LOAD_FN
+#define CHORD_LOAD_OPTIONAL_FN(name, type) \
+  d.api.name = reinterpret_cast<std::add_pointer_t<type>>(resolve(#name, kOptionalApiVersion));
+  CHORD_OPTIONAL_DRIVER_FUNCTIONS(CHORD_LOAD_OPTIONAL_FN)
+#undef CHORD_LOAD_OPTIONAL_FN
   if (!missing.empty()) {
     d.state = DriverState::kInitFailed;
     d.message = "libcuda.so.1 lacks:" + missing;

@@ -49,17 +49,15 @@ struct DriverApi {
   X(cuMemcpyHtoD, CUresult(CUdeviceptr, const void*, size_t))                                                        \
   X(cuMemcpyDtoH, CUresult(void*, CUdeviceptr, size_t))                                                              \
   X(cuMemsetD8, CUresult(CUdeviceptr, unsigned char, size_t))                                                        \
-  X(cuMemsetD32Async, CUresult(CUdeviceptr, unsigned, size_t, CUstream))                                             \
-  X(cuEventCreate, CUresult(CUevent*, unsigned))                                                                     \
-  X(cuEventDestroy, CUresult(CUevent))                                                                               \
-  X(cuEventRecord, CUresult(CUevent, CUstream))                                                                      \
-  X(cuEventSynchronize, CUresult(CUevent))                                                                           \
-  X(cuEventElapsedTime, CUresult(float*, CUevent, CUevent))                                                          \
   X(cuTensorMapEncodeTiled, CUresult(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,        \
                                      const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, \
                                      CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill))
+// Newer than the oldest driver chordrt runs on: null when the driver lacks them, and every use checks.
+#define CHORD_OPTIONAL_DRIVER_FUNCTIONS(X) \
+  X(cuFuncGetParamInfo, CUresult(CUfunction, size_t, size_t*, size_t*)) /* 12.4: launch argument checks */
 #define CHORD_DECLARE_FN(name, type) std::add_pointer_t<type> name = nullptr;
   CHORD_DRIVER_FUNCTIONS(CHORD_DECLARE_FN)
+  CHORD_OPTIONAL_DRIVER_FUNCTIONS(CHORD_DECLARE_FN)
 #undef CHORD_DECLARE_FN
 };
 

@@ -5,7 +5,7 @@
 #include <cstdlib>
 
 #include "jit_cache/disk_cache.hpp"
-#include "runtime/logging.hpp"
+#include "runtime/core/logging.hpp"
 
 namespace chordrt {
 

@@ -9,13 +9,25 @@
 #include "jit_cache/cache_key.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/env_config.hpp"
-#include "runtime/error.hpp"
+#include "runtime/core/error.hpp"
 #include "runtime/kernel_registry.hpp"
 #include "runtime/kernel_sources.hpp"
-#include "runtime/logging.hpp"
+#include "runtime/core/logging.hpp"
 #include "runtime/nvrtc_compiler.hpp"
 
 namespace chordrt {
+
+namespace {
+thread_local DryRun* t_dry_run = nullptr;
+}  // namespace
+
+DryRun::DryRun(heuristics::DeviceFacts facts) : previous_(t_dry_run) {
+  context_.facts = facts;
+  placeholder_.dry_run = true;
+  t_dry_run = this;
+}
+
+DryRun::~DryRun() { t_dry_run = previous_; }
 
 JitOptions JitOptions::from_environment() {
   const EnvConfig& env = env_config();
@@ -28,7 +40,7 @@ JitOptions JitOptions::from_environment() {
   return o;
 }
 
-std::vector<std::string> nvrtc_options(const jit::Arch& arch) {
+std::vector<std::string> nvrtc_options(const Arch& arch) {
   // -v for ptxas puts registers, spills and shared memory into the log, which the cache keeps.
   // -default-device: unannotated functions and lambdas in kernels are device code (JIT mode has no host).
   return {"--gpu-architecture=" + arch.name(), "-std=c++17", "-default-device", "--ptxas-options=-v", "-DCHORD_JIT=1"};
@@ -97,7 +109,22 @@ std::shared_ptr<const jit::CacheEntry> JitRuntime::image(const jit::Descriptor& 
     if (result) result->source = source;
     return it->second;
   };
-  auto loaded = disk_.load(key);
+  // An entry must describe this descriptor and launch as its program says (the checksum covers only the
+  // cubin): anything else is treated as corrupt and rebuilt.
+  auto matches = [&](const jit::CacheEntryMeta& m) {
+    return m.descriptor == descriptor_to_json(d) && m.threads == program.threads &&
+           m.dynamic_smem == program.dynamic_smem && m.cluster == program.cluster;
+  };
+  auto load = [&] {
+    auto r = disk_.load(key);
+    if (r.status == jit::DiskCache::LoadStatus::kHit && !matches(r.entry.meta)) {
+      logger().warn("cache entry {} in {} does not match {} (descriptor or launch metadata edited); rebuilding", key,
+                    r.layer.string(), jit::to_string(d));
+      r.status = jit::DiskCache::LoadStatus::kCorrupt;
+    }
+    return r;
+  };
+  auto loaded = load();
   if (loaded.status == jit::DiskCache::LoadStatus::kHit) {
     ++disk_hits_;
     return publish(std::move(loaded.entry), ImageSource::kDisk);
@@ -113,7 +140,7 @@ std::shared_ptr<const jit::CacheEntry> JitRuntime::image(const jit::Descriptor& 
   }
   // One compile per key across processes: whoever holds the lock compiles, the others find its entry.
   auto lock = disk_.lock_key(key);
-  loaded = disk_.load(key);
+  loaded = load();
   if (loaded.status == jit::DiskCache::LoadStatus::kHit) {
     ++disk_hits_;
     return publish(std::move(loaded.entry), ImageSource::kDisk);
@@ -154,6 +181,7 @@ EnsureResult JitRuntime::ensure_compiled(const jit::Descriptor& d) {
 }
 
 const ContextState& JitRuntime::context_for(CUstream stream) {
+  if (t_dry_run) return t_dry_run->context_;
   const DriverApi& api = require_driver();
   CUcontext ctx = nullptr;
   if (stream) {
@@ -189,7 +217,7 @@ const ContextState& JitRuntime::context_for(CUstream stream) {
              "cuDeviceGetAttribute");
   check_cuda(api.cuDeviceGetAttribute(&smem, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, state->device),
              "cuDeviceGetAttribute");
-  state->facts.arch = jit::Arch::for_compute_capability(major, minor);
+  state->facts.arch = Arch::for_compute_capability(major, minor);
   state->facts.sm_count = sms;
   state->facts.max_smem_per_block_optin = smem;
   std::unique_lock lock(contexts_mutex_);
@@ -201,6 +229,10 @@ const ContextState& JitRuntime::context_for(CUstream stream) {
 }
 
 const LoadedKernel& JitRuntime::kernel(const jit::Descriptor& d, const ContextState& ctx, CUstream stream) {
+  if (DryRun* dry = t_dry_run) {
+    dry->descriptors_.push_back(d);
+    return dry->placeholder_;
+  }
   MemoKey key{ctx.context, d};
   {
     std::shared_lock lock(memo_mutex_);
@@ -240,6 +272,16 @@ const LoadedKernel& JitRuntime::kernel(const jit::Descriptor& d, const ContextSt
                   img->meta.descriptor_text, img->meta.threads, max_threads);
     }
   }
+  if (api.cuFuncGetParamInfo) {
+    uint8_t count = 0;
+    size_t offset = 0, size = 0;
+    while (count < LoadedKernel::kMaxParams &&
+           api.cuFuncGetParamInfo(loaded->function, count, &offset, &size) == CUDA_SUCCESS) {
+      loaded->param_sizes[count++] = static_cast<uint16_t>(size);
+    }
+    loaded->param_count = count;
+  }
+  loaded->name = img->meta.descriptor_text;
   loaded->threads = img->meta.threads;
   loaded->dynamic_smem = img->meta.dynamic_smem;
   loaded->cluster = img->meta.cluster;

@@ -5,6 +5,7 @@
 
 #include <cuda.h>
 
+#include <array>
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -28,11 +29,19 @@ struct JitOptions {
 };
 
 struct LoadedKernel {
+  static constexpr size_t kMaxParams = 16;
+  static constexpr uint8_t kParamsUnknown = 0xff;  // the driver cannot report them (older than 12.4)
+
   CUfunction function = nullptr;
   CUmodule module = nullptr;
   uint32_t threads = 0;
   uint32_t dynamic_smem = 0;
   std::array<uint32_t, 3> cluster{1, 1, 1};
+  // The kernel's parameter sizes as the module reports them, checked by the typed launch.
+  uint8_t param_count = kParamsUnknown;
+  std::array<uint16_t, kMaxParams> param_sizes{};
+  bool dry_run = false;  // a DryRun placeholder: launch() launches nothing
+  std::string name;      // the descriptor, for error messages
 };
 
 struct ContextState {
@@ -111,7 +120,27 @@ class JitRuntime {
   std::atomic<uint64_t> compiled_{0}, disk_hits_{0}, loaded_{0};
 };
 
+// A dry run on the calling thread while it lives: context_for() gives a context with `facts` and no
+// driver, kernel() records each descriptor dispatch asks for and returns a placeholder that launch()
+// skips. The planner's tests run the real dispatch this way to check that prewarm plans what dispatch uses.
+class DryRun {
+ public:
+  explicit DryRun(heuristics::DeviceFacts facts);
+  ~DryRun();
+  DryRun(const DryRun&) = delete;
+  DryRun& operator=(const DryRun&) = delete;
+
+  const std::vector<jit::Descriptor>& descriptors() const { return descriptors_; }
+
+ private:
+  friend class JitRuntime;
+  ContextState context_;
+  LoadedKernel placeholder_;
+  std::vector<jit::Descriptor> descriptors_;
+  DryRun* previous_;
+};
+
 // NVRTC options chordrt compiles with for `arch` (part of every key).
-std::vector<std::string> nvrtc_options(const jit::Arch& arch);
+std::vector<std::string> nvrtc_options(const Arch& arch);
 
 }  // namespace chordrt

@@ -1,28 +1,10 @@
 #include "runtime/kernel_registry.hpp"
 
-#include "runtime/error.hpp"
-#include "runtime/ops/dsa_indexer.hpp"
-#include "runtime/ops/glue.hpp"
-#include "runtime/ops/grouped.hpp"
-#include "runtime/ops/indexed.hpp"
-#include "runtime/ops/mla_cache.hpp"
-#include "runtime/ops/sparse_mla.hpp"
-#include "runtime/ops/warp_decode.hpp"
+#include "runtime/core/error.hpp"
 
 namespace chordrt {
 
 std::string KernelProgram::source() const { return fmt::format("#include \"{}\"\n", header); }
-
-std::span<const KernelFamily* const> kernel_families() {
-  static const KernelFamily* const kFamilies[] = {
-      &ops::kMoeAlignFamily,         &ops::kSiluAndMulFamily,       &ops::kMoeCombineFamily,
-      &ops::kWarpDecodeGateUpFamily, &ops::kWarpDecodeDownFamily,   &ops::kGroupedPackFamily,
-      &ops::kGroupedGemmFamily,      &ops::kIndexedPackFamily,      &ops::kIndexedPrefillFamily,
-      &ops::kIndexedDecodeFamily,    &ops::kSparseMlaDecodeFamily,  &ops::kSparseMlaCombineFamily,
-      &ops::kMlaCacheWriteFamily,    &ops::kDsaKeyCacheWriteFamily, &ops::kDsaIndexerLogitsFamily,
-      &ops::kDsaTopkFamily};
-  return kFamilies;
-}
 
 const KernelFamily& family_of(const jit::Descriptor& d) {
   for (const KernelFamily* f : kernel_families()) {
@@ -40,7 +22,7 @@ const KernelFamily* find_family(std::string_view name) {
 
 nlohmann::json descriptor_to_json(const jit::Descriptor& d) {
   nlohmann::json fields = nlohmann::json::object();
-  for (size_t i = 0; i < d.schema->fields.size(); ++i) fields[std::string(d.schema->fields[i])] = d.values[i];
+  for (size_t i = 0; i < d.schema->fields.size(); ++i) fields[std::string(d.schema->fields[i].name)] = d.values[i];
   return {{"family", d.schema->family}, {"arch", d.arch.name()}, {"fields", fields}};
 }
 
@@ -57,22 +39,22 @@ jit::Descriptor descriptor_from_json(const nlohmann::json& j) {
     for (const KernelFamily* k : kernel_families()) known += fmt::format(" {}", k->schema.family);
     throw_error(CHORD_ERROR_INVALID_ARGUMENT, "descriptor: unknown family \"{}\" (known:{})", family, known);
   }
-  jit::Descriptor d;
-  d.schema = &f->schema;
-  d.arch = jit::Arch::parse(j["arch"].get<std::string>());
+  const Arch arch = Arch::parse(j["arch"].get<std::string>());
   const auto& fields = j["fields"];
   if (fields.size() != f->schema.fields.size()) {
     throw_error(CHORD_ERROR_INVALID_ARGUMENT, "descriptor {}: expected {} fields, got {}", family,
                 f->schema.fields.size(), fields.size());
   }
+  std::array<int64_t, jit::kMaxDescriptorFields> values{};
   for (size_t i = 0; i < f->schema.fields.size(); ++i) {
-    const std::string name(f->schema.fields[i]);
+    const std::string name(f->schema.fields[i].name);
     if (!fields.contains(name) || !fields[name].is_number_integer()) {
       throw_error(CHORD_ERROR_INVALID_ARGUMENT, "descriptor {}: field \"{}\" missing or not an integer", family, name);
     }
-    d.values[i] = fields[name].get<int64_t>();
+    values[i] = fields[name].get<int64_t>();
   }
-  // The family checks value ranges (what the kernel template accepts).
+  // The descriptor checks each field's range, the family the combinations its kernel accepts.
+  jit::Descriptor d(f->schema, arch, std::span<const int64_t>(values.data(), f->schema.fields.size()));
   f->program(d);
   return d;
 }

@@ -29,9 +29,10 @@ struct KernelFamily {
   const jit::FamilySchema& schema;
   KernelProgram (*program)(const jit::Descriptor&);
   // Representative descriptors, compiled by the tests and `chord-jit verify` smoke checks.
-  std::vector<jit::Descriptor> (*examples)(jit::Arch);
+  std::vector<jit::Descriptor> (*examples)(Arch);
 };
 
+// Every family, in a stable order (runtime/families.cpp, the one place that lists them).
 std::span<const KernelFamily* const> kernel_families();
 const KernelFamily& family_of(const jit::Descriptor& d);
 const KernelFamily* find_family(std::string_view name);

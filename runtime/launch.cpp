@@ -1,22 +1,32 @@
 #include "runtime/launch.hpp"
 
+#include "runtime/core/error.hpp"
 #include "runtime/driver.hpp"
 
-namespace chordrt {
+namespace chordrt::detail {
 
-void launch(const ContextState& ctx, const LoadedKernel& kernel, LaunchGrid grid, CUstream stream, void** args,
-            LaunchOrder order) {
+void launch_packed(const ContextState& ctx, const LoadedKernel& kernel, const LaunchConfig& launch, void** args,
+                   const uint16_t* arg_sizes, size_t arg_count) {
+  if (kernel.dry_run) return;
+  if (kernel.param_count != LoadedKernel::kParamsUnknown && arg_count != LoadedKernel::kParamsUnknown) {
+    bool match = kernel.param_count == arg_count;
+    for (size_t i = 0; match && i < arg_count; ++i) match = kernel.param_sizes[i] == arg_sizes[i];
+    if (!match) {
+      throw_error(CHORD_ERROR_INTERNAL, "launch of {}: {} arguments given, the kernel takes {} (sizes differ)",
+                  kernel.name, arg_count, static_cast<int>(kernel.param_count));
+    }
+  }
   const DriverApi& api = driver().api;
   CUlaunchAttribute attr[2];
   CUlaunchConfig config{};
-  config.gridDimX = grid.x;
-  config.gridDimY = grid.y;
-  config.gridDimZ = grid.z;
+  config.gridDimX = launch.grid.x;
+  config.gridDimY = launch.grid.y;
+  config.gridDimZ = launch.grid.z;
   config.blockDimX = kernel.threads;
   config.blockDimY = 1;
   config.blockDimZ = 1;
   config.sharedMemBytes = kernel.dynamic_smem;
-  config.hStream = stream;
+  config.hStream = launch.stream;
   if (kernel.cluster[0] * kernel.cluster[1] * kernel.cluster[2] > 1) {
     CUlaunchAttribute& a = attr[config.numAttrs++];
     a.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
@@ -24,7 +34,7 @@ void launch(const ContextState& ctx, const LoadedKernel& kernel, LaunchGrid grid
     a.value.clusterDim.y = kernel.cluster[1];
     a.value.clusterDim.z = kernel.cluster[2];
   }
-  if (order == LaunchOrder::kProgrammatic) {
+  if (launch.order == LaunchOrder::kProgrammatic) {
     CUlaunchAttribute& a = attr[config.numAttrs++];
     a.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
     a.value.programmaticStreamSerializationAllowed = 1;
@@ -34,4 +44,4 @@ void launch(const ContextState& ctx, const LoadedKernel& kernel, LaunchGrid grid
   check_cuda(api.cuLaunchKernelEx(&config, kernel.function, args, nullptr), "cuLaunchKernelEx");
 }
 
-}  // namespace chordrt
+}  // namespace chordrt::detail

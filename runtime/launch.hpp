@@ -1,9 +1,12 @@
-// Launch of a loaded kernel through cuLaunchKernelEx (cluster dims when the kernel has them).
+// Launch of a loaded kernel through cuLaunchKernelEx (cluster dims when the kernel has them), with typed
+// arguments: launch(ctx, kernel, {grid, stream}, args...) packs them and checks their count and sizes
+// against the module's parameters where the driver reports them.
 #pragma once
 
 #include <cuda.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "runtime/jit_runtime.hpp"
 
@@ -19,8 +22,32 @@ enum class LaunchOrder {
                   // exits); the kernel must griddepcontrol.wait before reading that kernel's results
 };
 
-// Launches in ctx (pushed only if it is not current). No allocation, no sync.
-void launch(const ContextState& ctx, const LoadedKernel& kernel, LaunchGrid grid, CUstream stream, void** args,
-            LaunchOrder order = LaunchOrder::kStream);
+struct LaunchConfig {
+  LaunchGrid grid;
+  CUstream stream = nullptr;
+  LaunchOrder order = LaunchOrder::kStream;
+};
+
+namespace detail {
+// Throws INTERNAL when the argument sizes do not match the kernel's parameters; launches in ctx (pushed
+// only if it is not current). No allocation, no sync. A dry-run placeholder launches nothing.
+void launch_packed(const ContextState& ctx, const LoadedKernel& kernel, const LaunchConfig& config, void** args,
+                   const uint16_t* arg_sizes, size_t arg_count);
+}  // namespace detail
+
+template <class... Args>
+void launch(const ContextState& ctx, const LoadedKernel& kernel, const LaunchConfig& config, const Args&... args) {
+  static_assert(sizeof...(Args) > 0 && (std::is_trivially_copyable_v<Args> && ...),
+                "kernel arguments are passed by value: trivially copyable types only");
+  void* packed[] = {const_cast<void*>(static_cast<const void*>(&args))...};
+  static constexpr uint16_t kSizes[] = {static_cast<uint16_t>(sizeof(Args))...};
+  detail::launch_packed(ctx, kernel, config, packed, kSizes, sizeof...(Args));
+}
+
+// TEMPORARY (families not yet on the typed launch)
+inline void launch(const ContextState& ctx, const LoadedKernel& kernel, LaunchGrid grid, CUstream stream, void** args,
+                   LaunchOrder order = LaunchOrder::kStream) {
+  detail::launch_packed(ctx, kernel, {grid, stream, order}, args, nullptr, LoadedKernel::kParamsUnknown);
+}
 
 }  // namespace chordrt

@@ -3,10 +3,12 @@
 #pragma once
 
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "heuristics/device_facts.hpp"
 #include "jit_cache/descriptor.hpp"
 
 namespace chordrt {
@@ -58,6 +60,28 @@ MoeModelShape resolve_model(std::string_view preset_or_path);
 // buckets, masked decode buckets) of both projections; then, with sparse attention, the fp8_ds_mla
 // writer and decode (+ combine) at num_heads / TP heads (and the NoPE variants), and the indexer's key
 // writer, logits (decode and prefill shapes up to 16K tokens x 256K context, page 64) and top-k.
-std::vector<jit::Descriptor> plan_descriptors(const MoeModelShape& model, const Deployment& deployment, jit::Arch arch);
+// `facts`: the device the plan is for (DeviceFacts::offline(arch) on a build box without one); the same
+// facts dispatch sees on that device, so a strict-mode run finds every kernel.
+std::vector<jit::Descriptor> plan_descriptors(const MoeModelShape& model, const Deployment& deployment,
+                                              const heuristics::DeviceFacts& facts);
+
+// What each family's planner sees, and where it puts its descriptors (deduplicated, in order).
+struct ModelPlanInput {
+  const MoeModelShape& model;
+  const Deployment& deployment;
+  const heuristics::DeviceFacts& facts;
+};
+class PlanBuilder {
+ public:
+  void add(const jit::Descriptor& d);
+  std::vector<jit::Descriptor> take() { return std::move(descriptors_); }
+
+ private:
+  std::vector<jit::Descriptor> descriptors_;
+};
+// A family's contribution to a model's plan: for every shape the deployment dispatches, the
+// descriptors the family's dispatch uses for it (runtime/families.cpp lists the planners).
+using FamilyPlanner = void (*)(const ModelPlanInput& in, PlanBuilder& plan);
+std::span<const FamilyPlanner> family_planners();
 
 }  // namespace chordrt

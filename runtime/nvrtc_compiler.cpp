@@ -8,7 +8,7 @@
 #include <memory>
 #include <mutex>
 
-#include "runtime/error.hpp"
+#include "runtime/core/error.hpp"
 
 namespace chordrt {
 

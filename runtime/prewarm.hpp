@@ -4,7 +4,6 @@
 #include <span>
 #include <string>
 
-#include "chordrt/chordrt.hpp"
 #include "jit_cache/descriptor.hpp"
 #include "runtime/jit_runtime.hpp"
 
@@ -16,6 +15,11 @@ struct PrewarmItem {
   bool cached = false;  // found in a cache layer, nothing compiled
   double compile_ms = 0;
   std::string error;
+};
+
+struct PrewarmSummary {
+  int compiled = 0, cached = 0, failed = 0;
+  double median_compile_ms = 0, max_compile_ms = 0;
 };
 
 // Never throws: failures are reported in the item.

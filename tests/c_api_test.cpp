@@ -52,37 +52,45 @@ T* offset_bytes(T* p, size_t bytes) {
 }
 
 // A valid moe_align call's arguments (on host buffers), to be broken one at a time.
-struct AlignCall {
-  const int32_t* topk_ids = g_ids;
-  int64_t num_tokens = 16;
-  int32_t top_k = 8;
-  int32_t num_experts = 64;
-  int32_t block_size = 16;
-  int32_t* sorted = g_sorted;
-  int64_t sorted_capacity = chord_moe_align_sorted_capacity(16, 8, 64, 16);
-  int32_t* expert_ids = g_experts;
-  int64_t expert_ids_capacity = (chord_moe_align_sorted_capacity(16, 8, 64, 16) + 15) / 16;
-  int32_t* post = g_post;
-  const chord_moe_align_options_t* options = nullptr;
-
-  chord_status_t run() const {
-    return chord_moe_align(topk_ids, num_tokens, top_k, num_experts, block_size, sorted, sorted_capacity, expert_ids,
-                           expert_ids_capacity, post, options, nullptr);
+struct AlignCall : chord_moe_align_args_t {
+  AlignCall() : chord_moe_align_args_t{} {
+    struct_size = sizeof(chord_moe_align_args_t);
+    topk_ids = g_ids;
+    num_tokens = 16;
+    top_k = 8;
+    num_experts = 64;
+    block_size = 16;
+    sorted_token_ids = g_sorted;
+    sorted_token_ids_capacity = chord_moe_align_sorted_capacity(16, 8, 64, 16);
+    expert_ids = g_experts;
+    expert_ids_capacity = (chord_moe_align_sorted_capacity(16, 8, 64, 16) + 15) / 16;
+    num_tokens_post_padded = g_post;
   }
+  chord_status_t run() const { return chord_moe_align(this, nullptr); }
 };
 
-struct CombineCall {
-  const void* rows = g_rows;
-  const float* weights = g_weights;
-  void* out = g_out;
-  int64_t num_tokens = 4;
-  int32_t top_k = 2;
-  int64_t hidden = 512;
-  const chord_moe_combine_options_t* options = nullptr;
-
-  chord_status_t run() const {
-    return chord_moe_combine(rows, weights, out, num_tokens, top_k, hidden, options, nullptr);
+struct CombineCall : chord_moe_combine_args_t {
+  CombineCall() : chord_moe_combine_args_t{} {
+    struct_size = sizeof(chord_moe_combine_args_t);
+    expert_rows = g_rows;
+    topk_weights = g_weights;
+    output = g_out;
+    num_tokens = 4;
+    top_k = 2;
+    hidden = 512;
   }
+  chord_status_t run() const { return chord_moe_combine(this, nullptr); }
+};
+
+struct SiluCall : chord_silu_and_mul_args_t {
+  SiluCall(const void* in, void* out, int64_t r, int64_t inter) : chord_silu_and_mul_args_t{} {
+    struct_size = sizeof(chord_silu_and_mul_args_t);
+    input = in;
+    output = out;
+    rows = r;
+    intermediate = inter;
+  }
+  chord_status_t run() const { return chord_silu_and_mul(this, nullptr); }
 };
 
 void expect_invalid(chord_status_t status, const std::string& needle) {
@@ -109,8 +117,8 @@ void expect_each_invalid(const std::vector<Broken<Call>>& cases) {
 }
 
 // Each bad value of one integer argument in turn (the rest valid): INVALID_ARGUMENT naming the argument.
-template <typename Call, typename T>
-void expect_each_value_invalid(T Call::*field, const std::string& name, std::initializer_list<int64_t> values) {
+template <typename Call, typename T, typename Args>
+void expect_each_value_invalid(T Args::*field, const std::string& name, std::initializer_list<int64_t> values) {
   for (int64_t v : values) {
     INFO(name << " = " << v);
     Call c;
@@ -119,15 +127,13 @@ void expect_each_value_invalid(T Call::*field, const std::string& name, std::ini
   }
 }
 
-// Each options struct_size the library must refuse (the other option fields zero).
-template <typename Call, typename Options>
+// Each struct_size the library must refuse, on an otherwise valid call.
+template <typename Call>
 void expect_each_struct_size_invalid(std::initializer_list<size_t> sizes) {
   for (size_t size : sizes) {
     INFO("struct_size = " << size);
-    Options o{};
-    o.struct_size = size;
     Call c;
-    c.options = &o;
+    c.struct_size = size;
     expect_invalid(c.run(), "struct_size");
   }
 }
@@ -167,7 +173,7 @@ TEST_CASE("versions", "[capi]") {
   chord_get_version(nullptr, &only_minor, nullptr);
   CHECK(only_minor == minor);
   CHECK(chord_abi_version() == CHORD_ABI_VERSION);
-  CHECK(chord_abi_version() == 1);
+  CHECK(chord_abi_version() == 2);
 }
 
 TEST_CASE("chord_moe_align_sorted_capacity", "[capi]") {
@@ -186,121 +192,141 @@ TEST_CASE("moe_align: null, misaligned and out-of-range arguments", "[capi]") {
   SECTION("null pointers") {
     expect_each_invalid<AlignCall>({
         {[](AlignCall& c) { c.topk_ids = nullptr; }, "topk_ids is null"},
-        {[](AlignCall& c) { c.sorted = nullptr; }, "sorted_token_ids is null"},
+        {[](AlignCall& c) { c.sorted_token_ids = nullptr; }, "sorted_token_ids is null"},
         {[](AlignCall& c) { c.expert_ids = nullptr; }, "expert_ids is null"},
-        {[](AlignCall& c) { c.post = nullptr; }, "num_tokens_post_padded is null"},
+        {[](AlignCall& c) { c.num_tokens_post_padded = nullptr; }, "num_tokens_post_padded is null"},
     });
   }
   SECTION("misaligned pointers") {
-    const chord_moe_align_options_t o{sizeof(chord_moe_align_options_t), offset_bytes(g_map, 2)};
     expect_each_invalid<AlignCall>({
         {[](AlignCall& c) { c.topk_ids = offset_bytes(g_ids, 2); }, "topk_ids must be 4-byte aligned"},
-        {[](AlignCall& c) { c.sorted = offset_bytes(g_sorted, 1); }, "sorted_token_ids must be 4-byte aligned"},
+        {[](AlignCall& c) { c.sorted_token_ids = offset_bytes(g_sorted, 1); }, "sorted_token_ids must be 4-byte aligned"},
         {[](AlignCall& c) { c.expert_ids = reinterpret_cast<int32_t*>(0x1002); }, "expert_ids"},
-        {[](AlignCall& c) { c.post = offset_bytes(g_post, 3); }, "num_tokens_post_padded"},
-        {[&](AlignCall& c) { c.options = &o; }, "expert_map"},
+        {[](AlignCall& c) { c.num_tokens_post_padded = offset_bytes(g_post, 3); }, "num_tokens_post_padded"},
+        {[](AlignCall& c) { c.expert_map = offset_bytes(g_map, 2); }, "expert_map"},
     });
   }
   SECTION("top_k, num_experts, block_size, num_tokens") {
-    expect_each_value_invalid(&AlignCall::top_k, "top_k", {0, -1, 65});
-    expect_each_value_invalid(&AlignCall::num_experts, "num_experts", {0, -3, 1025});
-    expect_each_value_invalid(&AlignCall::block_size, "block_size", {0, -16, 1025});
-    expect_each_value_invalid(&AlignCall::num_tokens, "num_tokens", {-1, (int64_t{1} << 30) / AlignCall{}.top_k + 1});
+    expect_each_value_invalid<AlignCall>(&AlignCall::top_k, "top_k", {0, -1, 65});
+    expect_each_value_invalid<AlignCall>(&AlignCall::num_experts, "num_experts", {0, -3, 1025});
+    expect_each_value_invalid<AlignCall>(&AlignCall::block_size, "block_size", {0, -16, 1025});
+    expect_each_value_invalid<AlignCall>(&AlignCall::num_tokens, "num_tokens", {-1, (int64_t{1} << 30) / AlignCall{}.top_k + 1});
   }
   SECTION("capacities") {
     AlignCall c;
-    c.sorted_capacity -= 1;
+    c.sorted_token_ids_capacity -= 1;
     expect_invalid(c.run(), "sorted_token_ids_capacity");
-    CHECK_THAT(last_error(), Contains(std::to_string(c.sorted_capacity + 1)));  // says what is needed
+    CHECK_THAT(last_error(), Contains(std::to_string(c.sorted_token_ids_capacity + 1)));  // says what is needed
     c = AlignCall{};
-    c.sorted_capacity = int64_t{1} << 32;
+    c.sorted_token_ids_capacity = int64_t{1} << 32;
     expect_invalid(c.run(), "sorted_token_ids_capacity");
     c = AlignCall{};
     c.expert_ids_capacity -= 1;
     expect_invalid(c.run(), "expert_ids_capacity");
   }
-  SECTION("options struct_size") {
-    expect_each_struct_size_invalid<AlignCall, chord_moe_align_options_t>(
-        {size_t{0}, size_t{1}, sizeof(chord_moe_align_options_t) + 1, size_t{1} << 20});
+  SECTION("struct_size") {
+    expect_each_struct_size_invalid<AlignCall>({size_t{0}, size_t{1}, CHORD_MOE_ALIGN_ARGS_MIN_SIZE - 1,
+                                                sizeof(chord_moe_align_args_t) + 1, size_t{1} << 20});
+    expect_invalid(chord_moe_align(nullptr, nullptr), "chord_moe_align: args is null");
   }
 }
 
 TEST_CASE("silu_and_mul: null, misaligned and out-of-range arguments", "[capi]") {
-  expect_invalid(chord_silu_and_mul(nullptr, g_out, 4, 2048, nullptr), "input is null");
-  expect_invalid(chord_silu_and_mul(g_rows, nullptr, 4, 2048, nullptr), "output is null");
+  expect_invalid(SiluCall(nullptr, g_out, 4, 2048).run(), "input is null");
+  expect_invalid(SiluCall(g_rows, nullptr, 4, 2048).run(), "output is null");
   // intermediate 2048 is read 8 BF16 (16 bytes) at a time.
-  expect_invalid(chord_silu_and_mul(reinterpret_cast<const void*>(0x1002), g_out, 4, 2048, nullptr),
-                 "input must be 16-byte aligned");
-  expect_invalid(chord_silu_and_mul(offset_bytes(g_rows, 8), g_out, 4, 2048, nullptr), "16-byte aligned");
-  expect_invalid(chord_silu_and_mul(g_rows, offset_bytes(g_out, 4), 4, 2048, nullptr), "output must be 16-byte");
+  expect_invalid(SiluCall(reinterpret_cast<const void*>(0x1002), g_out, 4, 2048).run(), "input must be 16-byte aligned");
+  expect_invalid(SiluCall(offset_bytes(g_rows, 8), g_out, 4, 2048).run(), "16-byte aligned");
+  expect_invalid(SiluCall(g_rows, offset_bytes(g_out, 4), 4, 2048).run(), "output must be 16-byte");
   // intermediate 100 = 4-wide vectors: 8-byte alignment.
-  expect_invalid(chord_silu_and_mul(offset_bytes(g_rows, 4), g_out, 4, 100, nullptr), "8-byte aligned");
+  expect_invalid(SiluCall(offset_bytes(g_rows, 4), g_out, 4, 100).run(), "8-byte aligned");
   // Odd intermediate: scalar accesses, only BF16 alignment; an odd address is still wrong.
-  expect_invalid(chord_silu_and_mul(offset_bytes(g_rows, 1), g_out, 4, 7, nullptr), "2-byte aligned");
-  expect_invalid(chord_silu_and_mul(g_rows, g_out, -1, 2048, nullptr), "rows");
-  expect_invalid(chord_silu_and_mul(g_rows, g_out, 4, 0, nullptr), "intermediate");
-  expect_invalid(chord_silu_and_mul(g_rows, g_out, 4, int64_t{1} << 31, nullptr), "intermediate");
+  expect_invalid(SiluCall(offset_bytes(g_rows, 1), g_out, 4, 7).run(), "2-byte aligned");
+  expect_invalid(SiluCall(g_rows, g_out, -1, 2048).run(), "rows");
+  expect_invalid(SiluCall(g_rows, g_out, 4, 0).run(), "intermediate");
+  expect_invalid(SiluCall(g_rows, g_out, 4, int64_t{1} << 31).run(), "intermediate");
+  SiluCall c(g_rows, g_out, 4, 2048);
+  c.struct_size = sizeof(chord_silu_and_mul_args_t) - 1;  // every field is required
+  expect_invalid(c.run(), "struct_size");
 }
 
 TEST_CASE("moe_combine: null, misaligned and out-of-range arguments", "[capi]") {
   SECTION("null pointers") {
     expect_each_invalid<CombineCall>({
-        {[](CombineCall& c) { c.rows = nullptr; }, "expert_rows is null"},
-        {[](CombineCall& c) { c.weights = nullptr; }, "topk_weights is null"},
-        {[](CombineCall& c) { c.out = nullptr; }, "output is null"},
+        {[](CombineCall& c) { c.expert_rows = nullptr; }, "expert_rows is null"},
+        {[](CombineCall& c) { c.topk_weights = nullptr; }, "topk_weights is null"},
+        {[](CombineCall& c) { c.output = nullptr; }, "output is null"},
     });
   }
   SECTION("misaligned pointers") {
     expect_each_invalid<CombineCall>({
-        {[](CombineCall& c) { c.rows = reinterpret_cast<const void*>(0x1002); }, "expert_rows must be 16-byte aligned"},
-        {[](CombineCall& c) { c.weights = offset_bytes(g_weights, 2); }, "topk_weights must be 4-byte aligned"},
-        {[](CombineCall& c) { c.out = offset_bytes(g_out, 8); }, "output must be 16-byte aligned"},
+        {[](CombineCall& c) { c.expert_rows = reinterpret_cast<const void*>(0x1002); },
+         "expert_rows must be 16-byte aligned"},
+        {[](CombineCall& c) { c.topk_weights = offset_bytes(g_weights, 2); }, "topk_weights must be 4-byte aligned"},
+        {[](CombineCall& c) { c.output = offset_bytes(g_out, 8); }, "output must be 16-byte aligned"},
     });
   }
   SECTION("top_k, hidden, num_tokens") {
-    expect_each_value_invalid(&CombineCall::top_k, "top_k", {0, -2, 65});
-    expect_each_value_invalid(&CombineCall::hidden, "hidden", {0});
-    expect_each_value_invalid(&CombineCall::num_tokens, "num_tokens", {-1});
+    expect_each_value_invalid<CombineCall>(&CombineCall::top_k, "top_k", {0, -2, 65});
+    expect_each_value_invalid<CombineCall>(&CombineCall::hidden, "hidden", {0});
+    expect_each_value_invalid<CombineCall>(&CombineCall::num_tokens, "num_tokens", {-1});
   }
   SECTION("the expert-parallel filter needs topk_ids and expert_map") {
-    const size_t size = sizeof(chord_moe_combine_options_t);
-    const std::pair<chord_moe_combine_options_t, const char*> cases[] = {
-        {{size, g_ids, nullptr, 64}, "got topk_ids and null"},
-        {{size, nullptr, g_map, 64}, "got null and expert_map"},
-        {{size, offset_bytes(g_ids, 2), g_map, 64}, "topk_ids must be 4-byte aligned"},
-        {{size, g_ids, offset_bytes(g_map, 1), 64}, "expert_map must be 4-byte aligned"},
-        {{size, g_ids, g_map, 0}, "num_experts"},
+    struct Filter {
+      const int32_t* ids;
+      const int32_t* map;
+      int32_t experts;
+      const char* needle;
     };
-    for (const auto& [o, needle] : cases) {
-      INFO("expecting \"" << needle << "\"");
+    const Filter cases[] = {
+        {g_ids, nullptr, 64, "got topk_ids and null"},
+        {nullptr, g_map, 64, "got null and expert_map"},
+        {offset_bytes(g_ids, 2), g_map, 64, "topk_ids must be 4-byte aligned"},
+        {g_ids, offset_bytes(g_map, 1), 64, "expert_map must be 4-byte aligned"},
+        {g_ids, g_map, 0, "num_experts"},
+    };
+    for (const Filter& f : cases) {
+      INFO("expecting \"" << f.needle << "\"");
       CombineCall c;
-      c.options = &o;
-      expect_invalid(c.run(), needle);
+      c.topk_ids = f.ids;
+      c.expert_map = f.map;
+      c.num_experts = f.experts;
+      expect_invalid(c.run(), f.needle);
     }
   }
-  SECTION("options struct_size") {
-    expect_each_struct_size_invalid<CombineCall, chord_moe_combine_options_t>(
-        {size_t{0}, sizeof(size_t), sizeof(chord_moe_combine_options_t) + 1});
+  SECTION("struct_size") {
+    expect_each_struct_size_invalid<CombineCall>(
+        {size_t{0}, sizeof(size_t), CHORD_MOE_COMBINE_ARGS_MIN_SIZE - 1, sizeof(chord_moe_combine_args_t) + 1});
   }
 }
 
 TEST_CASE("empty work accepts null data pointers, but still checks shapes", "[capi]") {
   // No rows: nothing is read or written, so null (empty-tensor) pointers are fine, with or without a GPU.
-  CHECK(chord_silu_and_mul(nullptr, nullptr, 0, 2048, nullptr) == CHORD_SUCCESS);
-  CHECK(chord_moe_combine(nullptr, nullptr, nullptr, 0, 8, 7168, nullptr, nullptr) == CHORD_SUCCESS);
-  expect_invalid(chord_silu_and_mul(nullptr, nullptr, 0, 0, nullptr), "intermediate");
-  expect_invalid(chord_moe_combine(nullptr, nullptr, nullptr, 0, 0, 7168, nullptr, nullptr), "top_k");
-  expect_invalid(chord_moe_combine(nullptr, nullptr, nullptr, 0, 8, 0, nullptr, nullptr), "hidden");
+  CHECK(SiluCall(nullptr, nullptr, 0, 2048).run() == CHORD_SUCCESS);
+  CombineCall combine;
+  combine.expert_rows = nullptr;
+  combine.topk_weights = nullptr;
+  combine.output = nullptr;
+  combine.num_tokens = 0;
+  combine.top_k = 8;
+  combine.hidden = 7168;
+  CHECK(combine.run() == CHORD_SUCCESS);
+  expect_invalid(SiluCall(nullptr, nullptr, 0, 0).run(), "intermediate");
+  combine.top_k = 0;
+  expect_invalid(combine.run(), "top_k");
+  combine.top_k = 8;
+  combine.hidden = 0;
+  expect_invalid(combine.run(), "hidden");
   // moe_align always writes its outputs: only topk_ids may be null when there are no tokens.
   AlignCall c;
   c.num_tokens = 0;
   c.topk_ids = nullptr;
-  c.sorted = nullptr;
+  c.sorted_token_ids = nullptr;
   expect_invalid(c.run(), "sorted_token_ids is null");
   c = AlignCall{};
   c.num_tokens = 0;
   c.topk_ids = nullptr;
-  c.post = nullptr;
+  c.num_tokens_post_padded = nullptr;
   expect_invalid(c.run(), "num_tokens_post_padded is null");
   c = AlignCall{};
   c.num_tokens = 1;
@@ -309,8 +335,7 @@ TEST_CASE("empty work accepts null data pointers, but still checks shapes", "[ca
 }
 
 TEST_CASE("the C++ API throws the same errors", "[capi]") {
-  chordrt::SiluAndMulArgs a;
-  a.input = nullptr;
+  auto a = chordrt::args<chord_silu_and_mul_args_t>();
   a.output = g_out;
   a.rows = 1;
   a.intermediate = 2048;
@@ -321,15 +346,8 @@ TEST_CASE("the C++ API throws the same errors", "[capi]") {
     CHECK(e.status() == CHORD_ERROR_INVALID_ARGUMENT);
     CHECK_THAT(std::string(e.what()), Contains("silu_and_mul: input is null"));
   }
-  chordrt::MoeAlignArgs m;
-  m.topk_ids = g_ids;
-  m.sorted_token_ids = g_sorted;
-  m.expert_ids = g_experts;
-  m.num_tokens_post_padded = g_post;
-  m.num_tokens = 1;
+  AlignCall m;
   m.top_k = 0;
-  m.num_experts = 8;
-  m.block_size = 16;
   CHECK_THROWS_WITH(chordrt::moe_align(m, nullptr), Contains("top_k"));
 }
 
@@ -354,34 +372,55 @@ TEST_CASE("valid calls in compile-only mode fail with NO_DRIVER / NO_DEVICE", "[
 
   int32_t* const fake32 = reinterpret_cast<int32_t*>(0x10000);
   void* const fake = reinterpret_cast<void*>(0x20000);
+  auto align_call = [&](int64_t tokens, int32_t top_k, int64_t cap) {
+    AlignCall c;
+    c.topk_ids = tokens ? fake32 : nullptr;
+    c.num_tokens = tokens;
+    c.top_k = top_k;
+    c.sorted_token_ids = c.expert_ids = c.num_tokens_post_padded = fake32;
+    c.sorted_token_ids_capacity = cap;
+    c.expert_ids_capacity = (cap + 15) / 16;
+    return c;
+  };
   const int64_t cap = chord_moe_align_sorted_capacity(16, 8, 64, 16);
-  expect_no_driver(
-      chord_moe_align(fake32, 16, 8, 64, 16, fake32, cap, fake32, (cap + 15) / 16, fake32, nullptr, nullptr));
-  const chord_moe_align_options_t align_opts{sizeof(chord_moe_align_options_t), fake32};
-  expect_no_driver(
-      chord_moe_align(fake32, 16, 8, 64, 16, fake32, cap, fake32, (cap + 15) / 16, fake32, &align_opts, nullptr));
+  expect_no_driver(align_call(16, 8, cap).run());
+  AlignCall mapped = align_call(16, 8, cap);
+  mapped.expert_map = fake32;
+  expect_no_driver(mapped.run());
+  // A caller built against the smallest struct (no expert_map field) is accepted.
+  AlignCall v_min = align_call(16, 8, cap);
+  v_min.struct_size = CHORD_MOE_ALIGN_ARGS_MIN_SIZE;
+  v_min.expert_map = reinterpret_cast<const int32_t*>(0x1);  // past struct_size: never read
+  expect_no_driver(v_min.run());
   // vLLM's capacity bound (larger when there are fewer routes than experts) is accepted too.
   const int64_t small_cap = chord_moe_align_sorted_capacity(4, 2, 64, 16);
   const int64_t vllm_cap = 4 * 2 + 64 * 15;
   REQUIRE(vllm_cap > small_cap);
-  expect_no_driver(
-      chord_moe_align(fake32, 4, 2, 64, 16, fake32, vllm_cap, fake32, (vllm_cap + 15) / 16, fake32, nullptr, nullptr));
-  expect_no_driver(chord_silu_and_mul(fake, fake, 4, 2048, nullptr));
-  expect_no_driver(chord_silu_and_mul(reinterpret_cast<void*>(0x1002), reinterpret_cast<void*>(0x2002), 4, 7,
-                                      nullptr));  // scalar path: 2-byte alignment suffices
-  expect_no_driver(chord_moe_combine(fake, reinterpret_cast<float*>(fake32), fake, 4, 8, 7168, nullptr, nullptr));
-  const chord_moe_combine_options_t combine_opts{sizeof(chord_moe_combine_options_t), fake32, fake32, 64};
-  expect_no_driver(chord_moe_combine(fake, reinterpret_cast<float*>(fake32), fake, 4, 8, 7168, &combine_opts, nullptr));
+  expect_no_driver(align_call(4, 2, vllm_cap).run());
+  expect_no_driver(SiluCall(fake, fake, 4, 2048).run());
+  expect_no_driver(SiluCall(reinterpret_cast<void*>(0x1002), reinterpret_cast<void*>(0x2002), 4, 7)
+                       .run());  // scalar path: 2-byte alignment suffices
+  CombineCall combine;
+  combine.expert_rows = fake;
+  combine.topk_weights = reinterpret_cast<float*>(fake32);
+  combine.output = fake;
+  combine.top_k = 8;
+  combine.hidden = 7168;
+  expect_no_driver(combine.run());
+  CombineCall filtered = combine;
+  filtered.topk_ids = filtered.expert_map = fake32;
+  filtered.num_experts = 64;
+  expect_no_driver(filtered.run());
   // Empty work needs no driver at all.
-  CHECK(chord_silu_and_mul(fake, fake, 0, 2048, nullptr) == CHORD_SUCCESS);
-  CHECK(chord_moe_combine(fake, reinterpret_cast<float*>(fake32), fake, 0, 8, 7168, nullptr, nullptr) == CHORD_SUCCESS);
+  CHECK(SiluCall(fake, fake, 0, 2048).run() == CHORD_SUCCESS);
+  combine.num_tokens = 0;
+  CHECK(combine.run() == CHORD_SUCCESS);
   // moe_align with no tokens still writes its outputs (so it launches), but topk_ids may be null.
-  const int64_t empty_cap = chord_moe_align_sorted_capacity(0, 8, 64, 16);
-  expect_no_driver(chord_moe_align(nullptr, 0, 8, 64, 16, fake32, empty_cap, fake32, 1, fake32, nullptr, nullptr));
+  expect_no_driver(align_call(0, 8, chord_moe_align_sorted_capacity(0, 8, 64, 16)).run());
 
   // The C++ API: the same status as an exception.
   try {
-    chordrt::silu_and_mul({fake, fake, 4, 2048}, nullptr);
+    chordrt::silu_and_mul(SiluCall(fake, fake, 4, 2048), nullptr);
     FAIL("no exception");
   } catch (const chordrt::Error& e) {
     CHECK((e.status() == CHORD_ERROR_NO_DRIVER || e.status() == CHORD_ERROR_NO_DEVICE));
@@ -414,10 +453,10 @@ TEST_CASE("chord_get_runtime_info", "[capi]") {
   CHECK(std::string(info.cache_dir).size() > 0);
   if (const char* env = std::getenv("CHORD_CACHE_DIR")) CHECK(std::string(info.cache_dir) == env);
   const auto cpp = chordrt::runtime_info();
-  CHECK(cpp.cache_dir == info.cache_dir);
+  CHECK(std::string(cpp.cache_dir) == info.cache_dir);
   CHECK(cpp.nvrtc_major == info.nvrtc_major);
   CHECK(cpp.nvrtc_minor == info.nvrtc_minor);
-  CHECK(cpp.driver_available == (info.driver_available == 1));
+  CHECK(cpp.driver_available == info.driver_available);
 
   // cache_dir stays valid and unchanged across calls, from any thread.
   const char* first_dir = info.cache_dir;
@@ -488,14 +527,16 @@ TEST_CASE("chord_prewarm_model compiles a deployment's kernels into the cache", 
 }
 
 TEST_CASE("the last error is per thread", "[capi]") {
-  REQUIRE(chord_silu_and_mul(nullptr, g_out, 1, 2048, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
+  REQUIRE(SiluCall(nullptr, g_out, 1, 2048).run() == CHORD_ERROR_INVALID_ARGUMENT);
   const std::string mine = last_error();
   REQUIRE_THAT(mine, Contains("input is null"));
 
   std::string fresh_thread_error = "unset", thread_error, thread_error_after;
   std::thread th([&] {
     fresh_thread_error = chord_last_error();
-    chord_moe_combine(g_rows, g_weights, nullptr, 1, 2, 512, nullptr, nullptr);
+    CombineCall c;
+    c.output = nullptr;
+    c.run();
     thread_error = chord_last_error();
   });
   th.join();

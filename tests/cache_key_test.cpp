@@ -29,7 +29,7 @@ namespace fs = std::filesystem;
 using Catch::Matchers::Contains;
 using chordrt::JitOptions;
 using chordrt::JitRuntime;
-using chordrt::jit::Arch;
+using chordrt::Arch;
 using chordrt::jit::Descriptor;
 using chordrt::jit::FamilySchema;
 using chordrt::jit::KeyInputs;
@@ -77,12 +77,12 @@ KeyInputs inputs_for(const Descriptor& d) {
   return in;
 }
 
-constexpr std::string_view kTestFields[] = {"alpha", "b"};
+constexpr chordrt::jit::FieldSpec kTestFields[] = {{"alpha", INT64_MIN, INT64_MAX}, {"b", INT64_MIN, INT64_MAX}};
 constexpr FamilySchema kTestSchema{"test.family", kTestFields};
 // Same field names, another family name.
 constexpr FamilySchema kOtherFamilySchema{"test.other", kTestFields};
 // Same family name, other field names.
-constexpr std::string_view kRenamedFields[] = {"alpha", "c"};
+constexpr chordrt::jit::FieldSpec kRenamedFields[] = {{"alpha", INT64_MIN, INT64_MAX}, {"c", INT64_MIN, INT64_MAX}};
 constexpr FamilySchema kRenamedFieldSchema{"test.family", kRenamedFields};
 
 }  // namespace
@@ -152,7 +152,7 @@ TEST_CASE("JitRuntime::key_of is stable across calls, runtimes and processes", "
 
 TEST_CASE("key_of does not depend on the cache directory", "[key][runtime]") {
   TempDir dir("key-test");
-  const Descriptor d = chordrt::ops::silu_and_mul_descriptor(Arch{90, 'a'}, 2048);
+  const Descriptor d = chordrt::ops::SiluAndMulFamily::descriptor(Arch{90, 'a'}, chordrt::ops::silu_and_mul_key(2048));
   JitRuntime a(options_for(dir.path() / "one"));
   JitRuntime b(options_for(dir.path() / "deeper" / "two"));
   JitOptions with_layers = options_for(dir.path() / "three");
@@ -179,20 +179,20 @@ TEST_CASE("key_of distinguishes distinct descriptors", "[key][runtime]") {
   JitRuntime rt(options_for(dir.path()));
   const Arch h{90, 'a'};
   std::vector<Descriptor> ds = {
-      chordrt::ops::moe_align_descriptor(h, 384, 16, true, kSingleCta),
-      chordrt::ops::moe_align_descriptor(h, 384, 32, true, kSingleCta),
-      chordrt::ops::moe_align_descriptor(h, 256, 16, true, kSingleCta),
-      chordrt::ops::moe_align_descriptor(h, 384, 16, false, kSingleCta),
-      chordrt::ops::moe_align_descriptor(h, 1024, 16, false, kSingleCta),
-      chordrt::ops::moe_align_descriptor(Arch{100, 'a'}, 384, 16, true, kSingleCta),
-      chordrt::ops::moe_align_descriptor(Arch{90, 0}, 384, 16, true, kSingleCta),
-      chordrt::ops::silu_and_mul_descriptor(h, 2048),
-      chordrt::ops::silu_and_mul_descriptor(h, 7),
-      chordrt::ops::silu_and_mul_descriptor(h, 100),
-      chordrt::ops::moe_combine_descriptor(h, 8, 7168, false),
-      chordrt::ops::moe_combine_descriptor(h, 8, 7168, true),
-      chordrt::ops::moe_combine_descriptor(h, 4, 7168, false),
-      chordrt::ops::moe_combine_descriptor(h, 8, 100, false),
+      chordrt::ops::MoeAlignFamily::descriptor(h, {384, 16, 1, kSingleCta.threads, kSingleCta.cluster}),
+      chordrt::ops::MoeAlignFamily::descriptor(h, {384, 32, 1, kSingleCta.threads, kSingleCta.cluster}),
+      chordrt::ops::MoeAlignFamily::descriptor(h, {256, 16, 1, kSingleCta.threads, kSingleCta.cluster}),
+      chordrt::ops::MoeAlignFamily::descriptor(h, {384, 16, 0, kSingleCta.threads, kSingleCta.cluster}),
+      chordrt::ops::MoeAlignFamily::descriptor(h, {1024, 16, 0, kSingleCta.threads, kSingleCta.cluster}),
+      chordrt::ops::MoeAlignFamily::descriptor(Arch{100, 'a'}, {384, 16, 1, kSingleCta.threads, kSingleCta.cluster}),
+      chordrt::ops::MoeAlignFamily::descriptor(Arch{90, 0}, {384, 16, 1, kSingleCta.threads, kSingleCta.cluster}),
+      chordrt::ops::SiluAndMulFamily::descriptor(h, chordrt::ops::silu_and_mul_key(2048)),
+      chordrt::ops::SiluAndMulFamily::descriptor(h, chordrt::ops::silu_and_mul_key(7)),
+      chordrt::ops::SiluAndMulFamily::descriptor(h, chordrt::ops::silu_and_mul_key(100)),
+      chordrt::ops::MoeCombineFamily::descriptor(h, chordrt::ops::moe_combine_key(8, 7168, false)),
+      chordrt::ops::MoeCombineFamily::descriptor(h, chordrt::ops::moe_combine_key(8, 7168, true)),
+      chordrt::ops::MoeCombineFamily::descriptor(h, chordrt::ops::moe_combine_key(4, 7168, false)),
+      chordrt::ops::MoeCombineFamily::descriptor(h, chordrt::ops::moe_combine_key(8, 100, false)),
   };
   std::set<std::string> keys;
   for (const auto& d : ds) keys.insert(rt.key_of(d));
@@ -200,7 +200,7 @@ TEST_CASE("key_of distinguishes distinct descriptors", "[key][runtime]") {
 }
 
 TEST_CASE("cache key changes with every input", "[key]") {
-  const Descriptor d = chordrt::ops::moe_align_descriptor(Arch{90, 'a'}, 384, 16, true, kSingleCta);
+  const Descriptor d = chordrt::ops::MoeAlignFamily::descriptor(Arch{90, 'a'}, {384, 16, 1, kSingleCta.threads, kSingleCta.cluster});
   const KeyInputs base = inputs_for(d);
   const std::string base_key = chordrt::jit::compute_cache_key(base);
   auto key_with = [&](const std::function<void(KeyInputs&)>& change) {
@@ -216,7 +216,7 @@ TEST_CASE("cache key changes with every input", "[key]") {
         for (int64_t delta : {int64_t{1}, int64_t{-1}, int64_t{1} << 32}) {
           Descriptor changed = ex;
           changed.values[i] += delta;
-          INFO(chordrt::jit::to_string(ex) << " field " << ex.schema->fields[i] << " + " << delta);
+          INFO(chordrt::jit::to_string(ex) << " field " << ex.schema->fields[i].name << " + " << delta);
           CHECK(chordrt::jit::compute_cache_key(inputs_for(changed)) != k);
         }
       }
@@ -286,7 +286,7 @@ TEST_CASE("options naming absolute paths are rejected", "[key]") {
     auto e = error_of([&] { chordrt::jit::check_options_are_portable({"-std=c++17", bad}); });
     REQUIRE(e.has_value());
     CHECK_THAT(std::string(e->what()), Contains(bad) && Contains("path"));
-    KeyInputs in = inputs_for(chordrt::ops::silu_and_mul_descriptor(Arch{90, 'a'}, 2048));
+    KeyInputs in = inputs_for(chordrt::ops::SiluAndMulFamily::descriptor(Arch{90, 'a'}, chordrt::ops::silu_and_mul_key(2048)));
     in.options.push_back(bad);
     CHECK_THROWS_AS(chordrt::jit::compute_cache_key(in), chordrt::Error);
   }
@@ -307,7 +307,7 @@ TEST_CASE("canonical serialization and to_string formats", "[key]") {
         "6:family=11:test.family;4:arch=5:sm_80;5:alpha=13:1234567890123;1:b=1:0;");
   CHECK(chordrt::jit::to_string(plain) == "test.family[sm_80]{alpha=1234567890123,b=0}");
 
-  const Descriptor align = chordrt::ops::moe_align_descriptor(Arch{90, 'a'}, 384, 16, true, kSingleCta);
+  const Descriptor align = chordrt::ops::MoeAlignFamily::descriptor(Arch{90, 'a'}, {384, 16, 1, kSingleCta.threads, kSingleCta.cluster});
   CHECK(chordrt::jit::to_string(align) ==
         "glue.moe_align[sm_90a]{num_experts=384,block_size=16,has_expert_map=1,threads=1024,cluster=1}");
   CHECK(chordrt::jit::canonical_serialization(align) ==
@@ -374,7 +374,7 @@ TEST_CASE("Descriptor construction, get and hashing", "[key]") {
   CHECK(chordrt::jit::hash_value(d) != chordrt::jit::hash_value(other_arch));
   CHECK(chordrt::jit::DescriptorHash{}(d) == chordrt::jit::DescriptorHash{}(same));
 
-  const Descriptor silu = chordrt::ops::silu_and_mul_descriptor(Arch{90, 'a'}, 2048);
+  const Descriptor silu = chordrt::ops::SiluAndMulFamily::descriptor(Arch{90, 'a'}, chordrt::ops::silu_and_mul_key(2048));
   CHECK(silu.get("vec") == 8);
   CHECK(silu.get("threads") == 256);
 }

@@ -20,6 +20,26 @@ struct AlignResult {
   int32_t total = 0;
 };
 
+// The glue ops' C calls from positional arguments (the tests' shorthand).
+chord_status_t align(const int32_t* ids, int64_t tokens, int32_t top_k, int32_t experts, int32_t block,
+                     int32_t* sorted, int64_t sorted_cap, int32_t* expert_ids, int64_t blocks_cap, int32_t* total,
+                     const int32_t* map, CUstream stream) {
+  chord_moe_align_args_t a{sizeof(a), ids,        tokens,     top_k, experts, block, sorted,
+                           sorted_cap, expert_ids, blocks_cap, total, map};
+  return chord_moe_align(&a, stream);
+}
+
+chord_status_t silu(const void* in, void* out, int64_t rows, int64_t inter, CUstream stream) {
+  const chord_silu_and_mul_args_t a{sizeof(a), in, out, rows, inter};
+  return chord_silu_and_mul(&a, stream);
+}
+
+chord_status_t combine(const void* rows, const float* w, void* out, int64_t tokens, int32_t top_k, int64_t hidden,
+                       const int32_t* ids, const int32_t* map, int32_t experts, CUstream stream) {
+  const chord_moe_combine_args_t a{sizeof(a), rows, w, out, tokens, top_k, hidden, ids, map, experts};
+  return chord_moe_combine(&a, stream);
+}
+
 // vLLM's contract, written the obvious way.
 AlignResult reference_align(const std::vector<int32_t>& ids, int experts, int block, const std::vector<int32_t>* map,
                             size_t sorted_cap, size_t blocks_cap) {
@@ -72,9 +92,8 @@ void check_align(int64_t tokens, int top_k, int experts, int block, Routing kind
   d_sorted.poison(0x7f);
   d_experts.poison(0x7f);
   d_total.poison(0x7f);
-  chord_moe_align_options_t opts{sizeof(opts), with_map ? d_map.get() : nullptr};
-  REQUIRE(chord_moe_align(d_ids.get(), tokens, top_k, experts, block, d_sorted.get(), cap, d_experts.get(), blocks_cap,
-                          d_total.get(), &opts, nullptr) == CHORD_SUCCESS);
+  REQUIRE(align(d_ids.get(), tokens, top_k, experts, block, d_sorted.get(), cap, d_experts.get(), blocks_cap,
+                d_total.get(), with_map ? d_map.get() : nullptr, nullptr) == CHORD_SUCCESS);
   const auto want = reference_align(ids, experts, block, with_map ? &map : nullptr, cap, blocks_cap);
   CHECK(d_total.download()[0] == want.total);
   CHECK(d_sorted.download() == want.sorted);
@@ -117,7 +136,7 @@ TEST_CASE("silu_and_mul matches an FP32 reference", "[gpu][glue]") {
       const auto in = chordrt::test::random_bf16(rows * 2 * inter, rng, 2.0f);
       DeviceBuffer<uint16_t> d_in(in), d_out(rows * inter);
       d_out.poison(0xff);  // BF16 NaN
-      REQUIRE(chord_silu_and_mul(d_in.get(), d_out.get(), rows, inter, nullptr) == CHORD_SUCCESS);
+      REQUIRE(silu(d_in.get(), d_out.get(), rows, inter, nullptr) == CHORD_SUCCESS);
       const auto out = d_out.download();
       int64_t off_by_one = 0, bad = 0;
       double err = 0, norm = 0;
@@ -176,9 +195,8 @@ TEST_CASE("moe_combine matches an FP32 reference, with and without the EP filter
       DeviceBuffer<float> d_w(w);
       DeviceBuffer<int32_t> d_ids(ids), d_map(map);
       d_out.poison(0xff);
-      chord_moe_combine_options_t opts{sizeof(opts), d_ids.get(), d_map.get(), experts};
-      REQUIRE(chord_moe_combine(d_rows.get(), d_w.get(), d_out.get(), tokens, top_k, hidden, filtered ? &opts : nullptr,
-                                nullptr) == CHORD_SUCCESS);
+      REQUIRE(combine(d_rows.get(), d_w.get(), d_out.get(), tokens, top_k, hidden, filtered ? d_ids.get() : nullptr,
+                      filtered ? d_map.get() : nullptr, filtered ? experts : 0, nullptr) == CHORD_SUCCESS);
       const auto out = d_out.download();
       double err = 0, norm = 0;
       int64_t bad = 0;
@@ -217,10 +235,10 @@ TEST_CASE("a CUDA graph captured around warmed glue kernels replays on new input
   CUstream stream = nullptr;
   chordrt::check_cuda(api.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
   auto run_all = [&] {
-    REQUIRE(chord_moe_align(d_ids.get(), tokens, top_k, experts, block, d_sorted.get(), cap, d_experts.get(),
-                            blocks_cap, d_total.get(), nullptr, stream) == CHORD_SUCCESS);
-    REQUIRE(chord_silu_and_mul(d_act.get(), d_mid.get(), tokens * top_k, inter, stream) == CHORD_SUCCESS);
-    REQUIRE(chord_moe_combine(d_rows.get(), d_w.get(), d_out.get(), tokens, top_k, hidden, nullptr, stream) ==
+    REQUIRE(align(d_ids.get(), tokens, top_k, experts, block, d_sorted.get(), cap, d_experts.get(), blocks_cap,
+                  d_total.get(), nullptr, stream) == CHORD_SUCCESS);
+    REQUIRE(silu(d_act.get(), d_mid.get(), tokens * top_k, inter, stream) == CHORD_SUCCESS);
+    REQUIRE(combine(d_rows.get(), d_w.get(), d_out.get(), tokens, top_k, hidden, nullptr, nullptr, 0, stream) ==
             CHORD_SUCCESS);
   };
   auto fresh_inputs = [&] {
@@ -274,8 +292,8 @@ TEST_CASE("a kernel miss inside a capture is a typed error naming the descriptor
   const int64_t cap = chord_moe_align_sorted_capacity(tokens, top_k, experts, block);
   DeviceBuffer<int32_t> d_ids(std::vector<int32_t>{1, 2, 3, 4, 5, 6}), d_sorted(cap), d_experts(cap), d_total(1);
   chordrt::check_cuda(api.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "begin capture");
-  const chord_status_t s = chord_moe_align(d_ids.get(), tokens, top_k, experts, block, d_sorted.get(), cap,
-                                           d_experts.get(), cap, d_total.get(), nullptr, stream);
+  const chord_status_t s = align(d_ids.get(), tokens, top_k, experts, block, d_sorted.get(), cap, d_experts.get(),
+                                 cap, d_total.get(), nullptr, stream);
   const std::string message = chord_last_error();
   CUgraph graph = nullptr;
   chordrt::check_cuda(api.cuStreamEndCapture(stream, &graph), "end capture");
@@ -284,8 +302,8 @@ TEST_CASE("a kernel miss inside a capture is a typed error naming the descriptor
   CHECK(message.find("num_experts=77") != std::string::npos);
   if (graph) api.cuGraphDestroy(graph);
   // Outside the capture the same call compiles/loads and succeeds.
-  CHECK(chord_moe_align(d_ids.get(), tokens, top_k, experts, block, d_sorted.get(), cap, d_experts.get(), cap,
-                        d_total.get(), nullptr, stream) == CHORD_SUCCESS);
+  CHECK(align(d_ids.get(), tokens, top_k, experts, block, d_sorted.get(), cap, d_experts.get(), cap, d_total.get(),
+              nullptr, stream) == CHORD_SUCCESS);
   chordrt::check_cuda(api.cuStreamSynchronize(stream), "sync");
   api.cuStreamDestroy(stream);
 }

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "heuristics/glue.hpp"
+#include "kernels_src/glue/params.cuh"
 
 using chordrt::heuristics::ElementwiseConfig;
 using chordrt::heuristics::rowwise_grid;
@@ -103,7 +104,7 @@ TEST_CASE("select_moe_align: the most warps that fit, a cluster of 8 above 2048 
   using chordrt::heuristics::moe_align_configs;
   const chordrt::heuristics::DeviceFacts h200;  // 227 KB opt-in
   auto smem = [](int threads, int e) { return 4 * ((threads / 32) * e + 4 * e + 1 + threads / 32); };
-  for (int e = 1; e <= chordrt::heuristics::kMoeAlignMaxExperts; ++e) {
+  for (int e = 1; e <= chord::kMoeAlignMaxExperts; ++e) {
     INFO("experts " << e);
     const int threads = select_moe_align(e, 1, h200).threads;
     REQUIRE(threads == 1024);  // up to 1024 experts all 32 warps fit on an H200

@@ -18,6 +18,7 @@ using chordrt::heuristics::IndexedLayout;
 using chordrt::heuristics::IndexedProfile;
 using chordrt::heuristics::IndexedShape;
 using chordrt::test::kHopper;
+using chordrt::test::kHopperFacts;
 
 namespace {
 
@@ -203,7 +204,7 @@ TEST_CASE("int4 model plans include the indexed family, EP and TP", "[indexed][p
   const auto m = chordrt::resolve_model("kimi-k2");
   for (const char* dep : {"ep8", "tp8"}) {
     INFO(dep);
-    const auto plan = chordrt::plan_descriptors(m, chordrt::Deployment::parse(dep), kHopper);
+    const auto plan = chordrt::plan_descriptors(m, chordrt::Deployment::parse(dep), kHopperFacts);
     int packs = 0, prefill = 0, decode = 0;
     for (const auto& d : plan) {
       const std::string_view f = d.schema->family;

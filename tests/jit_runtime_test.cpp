@@ -78,7 +78,7 @@ void check_no_torn_entries(const fs::path& root, size_t expected_entries) {
 
 TEST_CASE("ensure_compiled: compile once, then memory, then disk", "[runtime]") {
   TempDir t("runtime-test");
-  const Descriptor d = chordrt::ops::silu_and_mul_descriptor(kHopper, 2048);
+  const Descriptor d = chordrt::ops::SiluAndMulFamily::descriptor(kHopper, chordrt::ops::silu_and_mul_key(2048));
   std::string key;
   {
     JitRuntime rt(options_for(t.path()));
@@ -120,7 +120,7 @@ TEST_CASE("ensure_compiled: compile once, then memory, then disk", "[runtime]") 
 
 TEST_CASE("a corrupt cubin on disk is rebuilt", "[runtime]") {
   TempDir t("runtime-test");
-  const Descriptor d = chordrt::ops::moe_combine_descriptor(kHopper, 8, 7168, false);
+  const Descriptor d = chordrt::ops::MoeCombineFamily::descriptor(kHopper, chordrt::ops::moe_combine_key(8, 7168, false));
   std::string key;
   {
     JitRuntime rt(options_for(t.path()));
@@ -144,7 +144,7 @@ TEST_CASE("a corrupt cubin on disk is rebuilt", "[runtime]") {
 TEST_CASE("six processes compiling the same kernel at once compile it once", "[runtime][concurrency]") {
   TempDir t("runtime-test");
   const fs::path dir = t.path() / "shared";
-  const Descriptor d = chordrt::ops::moe_align_descriptor(kHopper, 256, 16, false, kSingleCta);
+  const Descriptor d = chordrt::ops::MoeAlignFamily::descriptor(kHopper, {256, 16, 0, kSingleCta.threads, kSingleCta.cluster});
   if (thread_count() != 1) WARN("forking with " << thread_count() << " threads");
   const auto results = run_children_together(6, [&](int) {
     JitRuntime rt(options_for(dir));
@@ -164,9 +164,9 @@ TEST_CASE("six processes compiling the same kernel at once compile it once", "[r
 TEST_CASE("six processes compiling three kernels in different orders", "[runtime][concurrency]") {
   TempDir t("runtime-test");
   const fs::path dir = t.path() / "shared";
-  const std::vector<Descriptor> ds = {chordrt::ops::moe_align_descriptor(kHopper, 128, 32, true, kSingleCta),
-                                      chordrt::ops::silu_and_mul_descriptor(kHopper, 1536),
-                                      chordrt::ops::moe_combine_descriptor(kHopper, 6, 5120, true)};
+  const std::vector<Descriptor> ds = {chordrt::ops::MoeAlignFamily::descriptor(kHopper, {128, 32, 1, kSingleCta.threads, kSingleCta.cluster}),
+                                      chordrt::ops::SiluAndMulFamily::descriptor(kHopper, chordrt::ops::silu_and_mul_key(1536)),
+                                      chordrt::ops::MoeCombineFamily::descriptor(kHopper, chordrt::ops::moe_combine_key(6, 5120, true))};
   const int orders[6][3] = {{0, 1, 2}, {2, 1, 0}, {1, 0, 2}, {1, 2, 0}, {2, 0, 1}, {0, 2, 1}};
   const auto results = run_children_together(6, [&](int child) {
     JitRuntime rt(options_for(dir));
@@ -195,7 +195,7 @@ TEST_CASE("six processes compiling three kernels in different orders", "[runtime
 TEST_CASE("threads of one runtime compiling the same kernel compile it once", "[runtime][concurrency]") {
   TempDir t("runtime-test");
   JitRuntime rt(options_for(t.path()));
-  const Descriptor d = chordrt::ops::silu_and_mul_descriptor(kHopper, 100);
+  const Descriptor d = chordrt::ops::SiluAndMulFamily::descriptor(kHopper, chordrt::ops::silu_and_mul_key(100));
   std::vector<ImageSource> sources(4);
   std::vector<std::string> errors(4);
   {
@@ -219,7 +219,7 @@ TEST_CASE("threads of one runtime compiling the same kernel compile it once", "[
 
 TEST_CASE("read-only layers serve a runtime without copying into its primary", "[runtime]") {
   TempDir t("runtime-test");
-  const Descriptor d = chordrt::ops::silu_and_mul_descriptor(kHopper, 7);
+  const Descriptor d = chordrt::ops::SiluAndMulFamily::descriptor(kHopper, chordrt::ops::silu_and_mul_key(7));
   {
     JitRuntime builder(options_for(t.path() / "shipped"));
     REQUIRE(builder.ensure_compiled(d).source == ImageSource::kCompiled);
@@ -236,7 +236,7 @@ TEST_CASE("read-only layers serve a runtime without copying into its primary", "
 TEST_CASE("a memory-only runtime still compiles, but nothing persists", "[runtime]") {
   TempDir t("runtime-test");
   std::ofstream(t.path() / "file") << "x";
-  const Descriptor d = chordrt::ops::silu_and_mul_descriptor(kHopper, 7);
+  const Descriptor d = chordrt::ops::SiluAndMulFamily::descriptor(kHopper, chordrt::ops::silu_and_mul_key(7));
   JitRuntime rt(options_for(t.path() / "file" / "cache"));
   CHECK(rt.disk().memory_only());
   CHECK(rt.ensure_compiled(d).source == ImageSource::kCompiled);
@@ -251,7 +251,7 @@ TEST_CASE("strict mode and miss recording only concern run-time misses", "[runti
   o.strict = true;
   o.record_misses = (t.path() / "misses.jsonl").string();
   JitRuntime rt(o);
-  const Descriptor d = chordrt::ops::moe_combine_descriptor(kHopper, 2, 256, false);
+  const Descriptor d = chordrt::ops::MoeCombineFamily::descriptor(kHopper, chordrt::ops::moe_combine_key(2, 256, false));
   // Strict mode (CHORD_JIT_STRICT) turns a miss inside kernel() -- a launch -- into STRICT_MISS, and
   // record_misses logs such misses; kernel() needs a driver and a context, so neither can be observed on
   // a machine without a GPU. What is testable: ensure_compiled is the ahead-of-time path (prewarm), which
@@ -262,7 +262,7 @@ TEST_CASE("strict mode and miss recording only concern run-time misses", "[runti
 
   if (chordrt::driver().state != chordrt::DriverState::kReady) {
     // Compile-only mode: a launch path fails with the driver's status before any lookup or compile.
-    const Descriptor other = chordrt::ops::moe_combine_descriptor(kHopper, 3, 256, false);
+    const Descriptor other = chordrt::ops::MoeCombineFamily::descriptor(kHopper, chordrt::ops::moe_combine_key(3, 256, false));
     try {
       rt.kernel(other, chordrt::ContextState{}, nullptr);
       FAIL("kernel() succeeded without a driver");
@@ -277,7 +277,7 @@ TEST_CASE("strict mode and miss recording only concern run-time misses", "[runti
 TEST_CASE("prewarm_one reports what it did and never throws", "[runtime][prewarm]") {
   TempDir t("runtime-test");
   JitRuntime rt(options_for(t.path()));
-  const Descriptor d = chordrt::ops::silu_and_mul_descriptor(kHopper, 4096);
+  const Descriptor d = chordrt::ops::SiluAndMulFamily::descriptor(kHopper, chordrt::ops::silu_and_mul_key(4096));
   const auto first = chordrt::prewarm_one(rt, d);
   CHECK(first.ok);
   CHECK_FALSE(first.cached);
@@ -299,7 +299,7 @@ TEST_CASE("prewarm_one reports what it did and never throws", "[runtime][prewarm
   bad.values[0] = 3;
   const auto failed = chordrt::prewarm_one(rt, bad);
   CHECK_FALSE(failed.ok);
-  CHECK_THAT(failed.error, Contains("range"));
+  CHECK_THAT(failed.error, Contains("vec must be a power of two"));
 
   const std::vector<chordrt::PrewarmItem> items = {first, second, from_disk, failed};
   const auto s = chordrt::summarize(items);

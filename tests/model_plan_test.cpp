@@ -21,10 +21,11 @@
 namespace fs = std::filesystem;
 using chordrt::Deployment;
 using chordrt::MoeModelShape;
-using chordrt::jit::Arch;
+using chordrt::Arch;
 using chordrt::jit::Descriptor;
 using chordrt::test::check_invalid_argument;
 using chordrt::test::kHopper;
+using chordrt::test::kHopperFacts;
 using chordrt::test::TempDir;
 
 namespace {
@@ -188,7 +189,7 @@ TEST_CASE("Deployment::parse", "[plan]") {
 
 TEST_CASE("plan_descriptors for a tensor-parallel deployment", "[plan]") {
   const MoeModelShape kimi = chordrt::resolve_model("kimi-k2");
-  const auto ds = chordrt::plan_descriptors(kimi, Deployment::parse("tp8"), kHopper);
+  const auto ds = chordrt::plan_descriptors(kimi, Deployment::parse("tp8"), kHopperFacts);
   check_no_duplicates(ds);
   for (const auto& d : ds) {
     CHECK(d.arch == kHopper);
@@ -236,15 +237,15 @@ TEST_CASE("plan_descriptors for a tensor-parallel deployment", "[plan]") {
   CHECK(blocks == std::vector<int64_t>{8, 8, 16, 16, 32, 32, 64, 64, 128, 128, 48, 48, 96, 96});
   CHECK(clusters == std::vector<int64_t>{1, 8, 1, 8, 1, 8, 1, 8, 1, 8, 1, 8, 1, 8});
   // Under TP each GPU holds intermediate/TP columns: 2048/8 = 256.
-  CHECK(silu[0] == chordrt::ops::silu_and_mul_descriptor(kHopper, 256));
-  CHECK(combine[0] == chordrt::ops::moe_combine_descriptor(kHopper, 8, 7168, false));
+  CHECK(silu[0] == chordrt::ops::SiluAndMulFamily::descriptor(kHopper, chordrt::ops::silu_and_mul_key(256)));
+  CHECK(combine[0] == chordrt::ops::MoeCombineFamily::descriptor(kHopper, chordrt::ops::moe_combine_key(8, 7168, false)));
   CHECK(combine[0].get("filtered") == 0);
   CHECK(combine[0].get("top_k") == 8);
 
   // Stable order: the same plan twice.
-  CHECK(chordrt::plan_descriptors(kimi, Deployment::parse("tp8"), kHopper) == ds);
+  CHECK(chordrt::plan_descriptors(kimi, Deployment::parse("tp8"), kHopperFacts) == ds);
   // The arch is carried through.
-  for (const auto& d : chordrt::plan_descriptors(kimi, Deployment::parse("tp8"), Arch{100, 'a'})) {
+  for (const auto& d : chordrt::plan_descriptors(kimi, Deployment::parse("tp8"), chordrt::heuristics::DeviceFacts::offline(Arch{100, 'a'}))) {
     CHECK(d.arch == Arch{100, 'a'});
   }
 }
@@ -253,7 +254,7 @@ TEST_CASE("plan_descriptors divides the intermediate size by TP", "[plan]") {
   // 1032 = 8 * 129: vec 8 at TP1, 258 (vec 2) at TP4, 129 (vec 1) at TP8.
   const MoeModelShape m{"custom", 1024, 1032, 64, 4, "", std::nullopt};
   auto silu_of = [&](const char* dep) {
-    const auto s = of_family(chordrt::plan_descriptors(m, Deployment::parse(dep), kHopper), "glue.silu_and_mul");
+    const auto s = of_family(chordrt::plan_descriptors(m, Deployment::parse(dep), kHopperFacts), "glue.silu_and_mul");
     REQUIRE(s.size() == 1);
     return s[0];
   };
@@ -263,18 +264,18 @@ TEST_CASE("plan_descriptors divides the intermediate size by TP", "[plan]") {
   CHECK(silu_of("tp4").get("threads") == 256);
   CHECK(silu_of("tp8").get("vec") == 1);
   CHECK(silu_of("tp8").get("threads") == 256);
-  CHECK(silu_of("tp8") == chordrt::ops::silu_and_mul_descriptor(kHopper, 129));
+  CHECK(silu_of("tp8") == chordrt::ops::SiluAndMulFamily::descriptor(kHopper, chordrt::ops::silu_and_mul_key(129)));
   // EP leaves each expert whole.
-  CHECK(silu_of("ep8") == chordrt::ops::silu_and_mul_descriptor(kHopper, 1032));
+  CHECK(silu_of("ep8") == chordrt::ops::SiluAndMulFamily::descriptor(kHopper, chordrt::ops::silu_and_mul_key(1032)));
 }
 
 TEST_CASE("plan_descriptors for an expert-parallel deployment", "[plan]") {
   const MoeModelShape ds_v3 = chordrt::resolve_model("deepseek-v3");
-  const auto ds = chordrt::plan_descriptors(ds_v3, Deployment::parse("ep16"), kHopper);
+  const auto ds = chordrt::plan_descriptors(ds_v3, Deployment::parse("ep16"), kHopperFacts);
   check_no_duplicates(ds);
   CHECK(ds.size() == 12);  // FP8 block-128 weights: no warp-decode kernels
   // Kimi K2 at EP8: 48 local experts behind an expert map over 384 ids.
-  const auto kimi_ep8 = chordrt::plan_descriptors(chordrt::resolve_model("kimi-k2"), Deployment::parse("ep8"), kHopper);
+  const auto kimi_ep8 = chordrt::plan_descriptors(chordrt::resolve_model("kimi-k2"), Deployment::parse("ep8"), kHopperFacts);
   const auto wd_down = of_family(kimi_ep8, "warp_decode.down");
   REQUIRE_FALSE(wd_down.empty());
   for (const auto& d : wd_down) {
@@ -291,13 +292,13 @@ TEST_CASE("plan_descriptors for an expert-parallel deployment", "[plan]") {
   const auto combine = of_family(ds, "glue.moe_combine");
   REQUIRE(combine.size() == 1);
   CHECK(combine[0].get("filtered") == 1);
-  CHECK(combine[0] == chordrt::ops::moe_combine_descriptor(kHopper, 8, 7168, true));
+  CHECK(combine[0] == chordrt::ops::MoeCombineFamily::descriptor(kHopper, chordrt::ops::moe_combine_key(8, 7168, true)));
   const auto silu = of_family(ds, "glue.silu_and_mul");
   REQUIRE(silu.size() == 1);
-  CHECK(silu[0] == chordrt::ops::silu_and_mul_descriptor(kHopper, 2048));
+  CHECK(silu[0] == chordrt::ops::SiluAndMulFamily::descriptor(kHopper, chordrt::ops::silu_and_mul_key(2048)));
 
   // ep1 is not expert-parallel.
-  for (const auto& d : chordrt::plan_descriptors(ds_v3, Deployment::parse("ep1"), kHopper)) {
+  for (const auto& d : chordrt::plan_descriptors(ds_v3, Deployment::parse("ep1"), kHopperFacts)) {
     if (d.schema->family == "glue.moe_align") CHECK(d.get("has_expert_map") == 0);
     if (d.schema->family == "glue.moe_combine") CHECK(d.get("filtered") == 0);
   }
@@ -307,7 +308,7 @@ TEST_CASE("plan_descriptors adds the grouped GEMMs under expert parallelism", "[
   using chordrt::heuristics::GroupedMode;
   const MoeModelShape kimi = chordrt::resolve_model("kimi-k2");
   for (const int ep : {8, 16, 32}) {
-    const auto ds = chordrt::plan_descriptors(kimi, Deployment::parse("ep" + std::to_string(ep)), kHopper);
+    const auto ds = chordrt::plan_descriptors(kimi, Deployment::parse("ep" + std::to_string(ep)), kHopperFacts);
     check_no_duplicates(ds);
     const int experts = 384 / ep;
     // A packer per (mode, projection): gate_up N 4096 K 7168 and down N 7168 K 2048.
@@ -330,8 +331,8 @@ TEST_CASE("plan_descriptors adds the grouped GEMMs under expert parallelism", "[
     }
   }
   // Tensor parallelism uses other families; a model without INT4 weights gets none.
-  CHECK(of_family(chordrt::plan_descriptors(kimi, Deployment::parse("tp8"), kHopper), "grouped.gemm").empty());
-  CHECK(of_family(chordrt::plan_descriptors(chordrt::resolve_model("deepseek-v3"), Deployment::parse("ep8"), kHopper),
+  CHECK(of_family(chordrt::plan_descriptors(kimi, Deployment::parse("tp8"), kHopperFacts), "grouped.gemm").empty());
+  CHECK(of_family(chordrt::plan_descriptors(chordrt::resolve_model("deepseek-v3"), Deployment::parse("ep8"), kHopperFacts),
                   "grouped.gemm")
             .empty());
 }
@@ -340,7 +341,7 @@ TEST_CASE("plan_descriptors rejects indivisible deployments", "[plan]") {
   const MoeModelShape kimi = chordrt::resolve_model("kimi-k2");
   auto rejected = [&](const char* dep, const char* needle) {
     INFO(dep);
-    check_invalid_argument([&] { (void)chordrt::plan_descriptors(kimi, Deployment::parse(dep), kHopper); },
+    check_invalid_argument([&] { (void)chordrt::plan_descriptors(kimi, Deployment::parse(dep), kHopperFacts); },
                            {needle, dep});
   };
   rejected("tp3", "TP 3");
@@ -349,8 +350,8 @@ TEST_CASE("plan_descriptors rejects indivisible deployments", "[plan]") {
   rejected("ep7", "EP 7");
   rejected("ep1000", "EP 1000");
   // Divisible ones plan fine: 2048 / 1024 and 384 / 384.
-  CHECK_NOTHROW(chordrt::plan_descriptors(kimi, Deployment::parse("tp1024"), kHopper));
-  CHECK_NOTHROW(chordrt::plan_descriptors(kimi, Deployment::parse("ep384"), kHopper));
+  CHECK_NOTHROW(chordrt::plan_descriptors(kimi, Deployment::parse("tp1024"), kHopperFacts));
+  CHECK_NOTHROW(chordrt::plan_descriptors(kimi, Deployment::parse("ep384"), kHopperFacts));
 }
 
 TEST_CASE("plan_descriptors for sparse attention (Mistral Large 4 at TP8 / TP4, DeepSeek-V3.2)", "[plan][sparse_mla]") {
@@ -362,7 +363,7 @@ TEST_CASE("plan_descriptors for sparse attention (Mistral Large 4 at TP8 / TP4, 
         std::tuple{"deepseek-v3.2", "tp8", 16, false}, std::tuple{"deepseek-v3.2", "ep8", 128, false}}) {
     INFO(model << " " << deployment);
     const MoeModelShape m = chordrt::resolve_model(model);
-    const auto ds = chordrt::plan_descriptors(m, Deployment::parse(deployment), kHopper);
+    const auto ds = chordrt::plan_descriptors(m, Deployment::parse(deployment), kHopperFacts);
     check_no_duplicates(ds);
     for (const auto& d : ds) CHECK_NOTHROW(chordrt::family_of(d).program(d));
     // The writer and decode for RoPE layers, and for NoPE layers where the model has them.
@@ -392,6 +393,6 @@ TEST_CASE("plan_descriptors for sparse attention (Mistral Large 4 at TP8 / TP4, 
   }
   // 64 heads over TP16 leave 4 per GPU: not a whole MMA tile.
   CHECK_THROWS_WITH(
-      chordrt::plan_descriptors(chordrt::resolve_model("mistral-large-4"), Deployment::parse("tp16"), kHopper),
+      chordrt::plan_descriptors(chordrt::resolve_model("mistral-large-4"), Deployment::parse("tp16"), kHopperFacts),
       Catch::Matchers::Contains("attention heads"));
 }

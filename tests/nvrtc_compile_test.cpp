@@ -18,7 +18,7 @@ using Catch::Matchers::Contains;
 using chordrt::ImageSource;
 using chordrt::JitRuntime;
 using chordrt::KernelFamily;
-using chordrt::jit::Arch;
+using chordrt::Arch;
 using chordrt::jit::Descriptor;
 using chordrt::test::check_invalid_argument;
 using chordrt::test::error_of;
@@ -148,7 +148,7 @@ TEST_CASE("descriptor JSON round trips for every example", "[nvrtc]") {
 }
 
 TEST_CASE("descriptor_from_json rejects malformed descriptors", "[nvrtc]") {
-  const Descriptor d = chordrt::ops::moe_align_descriptor(kHopper, 384, 16, true, kSingleCta);
+  const Descriptor d = chordrt::ops::MoeAlignFamily::descriptor(kHopper, {384, 16, 1, kSingleCta.threads, kSingleCta.cluster});
   const json good = chordrt::descriptor_to_json(d);
   REQUIRE(chordrt::descriptor_from_json(good) == d);
 
@@ -190,7 +190,9 @@ TEST_CASE("descriptor_from_json rejects malformed descriptors", "[nvrtc]") {
                                                                                  {"threads", -1}}) {
     j = good;
     j["fields"][field] = value;
-    rejected(j, "range");
+    // The error names the field and the value it got.
+    rejected(j, field + " must be");
+    rejected(j, "got " + std::to_string(value));
   }
 
   j = good;
@@ -210,19 +212,19 @@ TEST_CASE("descriptor_from_json rejects malformed descriptors", "[nvrtc]") {
   rejected(j, "expected");
 
   // Range checks of the other families.
-  json silu = chordrt::descriptor_to_json(chordrt::ops::silu_and_mul_descriptor(kHopper, 2048));
+  json silu = chordrt::descriptor_to_json(chordrt::ops::SiluAndMulFamily::descriptor(kHopper, chordrt::ops::silu_and_mul_key(2048)));
   silu["fields"]["vec"] = 3;
-  rejected(silu, "range");
-  silu = chordrt::descriptor_to_json(chordrt::ops::silu_and_mul_descriptor(kHopper, 2048));
+  rejected(silu, "vec must be a power of two");
+  silu = chordrt::descriptor_to_json(chordrt::ops::SiluAndMulFamily::descriptor(kHopper, chordrt::ops::silu_and_mul_key(2048)));
   silu["fields"]["threads"] = 48;
-  rejected(silu, "range");
-  json combine = chordrt::descriptor_to_json(chordrt::ops::moe_combine_descriptor(kHopper, 8, 7168, false));
+  rejected(silu, "threads=48");
+  json combine = chordrt::descriptor_to_json(chordrt::ops::MoeCombineFamily::descriptor(kHopper, chordrt::ops::moe_combine_key(8, 7168, false)));
   combine["fields"]["top_k"] = 65;
-  rejected(combine, "range");
-  combine = chordrt::descriptor_to_json(chordrt::ops::moe_combine_descriptor(kHopper, 8, 7168, false));
+  rejected(combine, "top_k must be in [1, 64], got 65");
+  combine = chordrt::descriptor_to_json(chordrt::ops::MoeCombineFamily::descriptor(kHopper, chordrt::ops::moe_combine_key(8, 7168, false)));
   combine["fields"]["filtered"] = -1;
-  rejected(combine, "range");
-  combine = chordrt::descriptor_to_json(chordrt::ops::moe_combine_descriptor(kHopper, 8, 7168, false));
+  rejected(combine, "filtered must be in [0, 1], got -1");
+  combine = chordrt::descriptor_to_json(chordrt::ops::MoeCombineFamily::descriptor(kHopper, chordrt::ops::moe_combine_key(8, 7168, false)));
   combine["fields"]["threads"] = 2048;
-  rejected(combine, "range");
+  rejected(combine, "threads must be in [32, 1024], got 2048");
 }

@@ -30,7 +30,8 @@
 
 namespace chordrt::test {
 
-inline constexpr jit::Arch kHopper{90, 'a'};
+inline constexpr Arch kHopper{90, 'a'};
+inline const heuristics::DeviceFacts kHopperFacts = heuristics::DeviceFacts::offline(kHopper);
 // The one-CTA moe_align configuration (what dispatch picks for up to 2048 routes on an H200).
 inline constexpr heuristics::MoeAlignConfig kSingleCta{1024, 1};
 

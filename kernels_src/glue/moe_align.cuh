@@ -16,14 +16,9 @@
 #include "common/cluster.cuh"
 #include "common/types.cuh"
 #include "common/warp.cuh"
+#include "glue/params.cuh"
 
 namespace chord {
-
-// Dynamic shared memory the kernel needs (the host passes exactly this; the kernel checks it).
-template <int NUM_EXPERTS, int THREADS>
-__host__ __device__ constexpr uint32_t moe_align_smem_bytes() {
-  return 4u * ((THREADS / 32) * NUM_EXPERTS + 4 * NUM_EXPERTS + 1 + THREADS / 32);
-}
 
 // Routes a lane loads ahead in one go, so a warp has that many loads in flight per trip to memory.
 constexpr int kMoeAlignLoadsInFlight = 4;
@@ -38,17 +33,18 @@ __global__ void __launch_bounds__(THREADS)
   constexpr int kUnroll = kMoeAlignLoadsInFlight;
   static_assert(THREADS % 32 == 0 && THREADS <= 1024, "THREADS");
 
+  constexpr MoeAlignSmem kSmem = moe_align_smem(NUM_EXPERTS, THREADS);
   extern __shared__ int32_t smem[];
-  int32_t* s_row = smem;                                // [kWarps][NUM_EXPERTS]: counts, then starts
-  int32_t* s_cta_count = s_row + kWarps * NUM_EXPERTS;  // [NUM_EXPERTS] this CTA's routes per expert
-  int32_t* s_cta_base = s_cta_count + NUM_EXPERTS;      // [NUM_EXPERTS] routes of lower-ranked CTAs
-  int32_t* s_count = s_cta_base + NUM_EXPERTS;          // [NUM_EXPERTS] routes per expert, all CTAs
-  int32_t* s_offset = s_count + NUM_EXPERTS;            // [NUM_EXPERTS + 1] padded run offsets
-  int32_t* s_scan = s_offset + NUM_EXPERTS + 1;         // [kWarps]
+  int32_t* s_row = smem + kSmem.row;              // [kWarps][NUM_EXPERTS]: counts, then starts
+  int32_t* s_cta_count = smem + kSmem.cta_count;  // [NUM_EXPERTS] this CTA's routes per expert
+  int32_t* s_cta_base = smem + kSmem.cta_base;    // [NUM_EXPERTS] routes of lower-ranked CTAs
+  int32_t* s_count = smem + kSmem.count;          // [NUM_EXPERTS] routes per expert, all CTAs
+  int32_t* s_offset = smem + kSmem.offset;        // [NUM_EXPERTS + 1] padded run offsets
+  int32_t* s_scan = smem + kSmem.scan;            // [kWarps]
 
   uint32_t smem_size;
   asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(smem_size));
-  if (smem_size < moe_align_smem_bytes<NUM_EXPERTS, THREADS>()) __trap();
+  if (smem_size < moe_align_smem_bytes(NUM_EXPERTS, THREADS)) __trap();
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int rank = CLUSTER > 1 ? static_cast<int>(cluster_ctarank()) : 0;

@@ -17,12 +17,11 @@ using heuristics::DsaKeyCacheWriteConfig;
 using heuristics::DsaLogitsConfig;
 using heuristics::DsaTopkConfig;
 
-constexpr std::string_view kWriteFields[] = {"warps"};
+constexpr jit::FieldSpec kWriteFields[] = {{"warps", INT64_MIN, INT64_MAX}};
 constexpr jit::FamilySchema kWriteSchema{"dsa.key_cache_write", kWriteFields};
-constexpr std::string_view kLogitsFields[] = {"heads",       "page_size", "key_warps",
-                                              "head_groups", "stages",    "keys_per_cta"};
+constexpr jit::FieldSpec kLogitsFields[] = {{"heads", INT64_MIN, INT64_MAX}, {"page_size", INT64_MIN, INT64_MAX}, {"key_warps", INT64_MIN, INT64_MAX}, {"head_groups", INT64_MIN, INT64_MAX}, {"stages", INT64_MIN, INT64_MAX}, {"keys_per_cta", INT64_MIN, INT64_MAX}};
 constexpr jit::FamilySchema kLogitsSchema{"dsa.indexer_logits", kLogitsFields};
-constexpr std::string_view kTopkFields[] = {"threads", "candidates"};
+constexpr jit::FieldSpec kTopkFields[] = {{"threads", INT64_MIN, INT64_MAX}, {"candidates", INT64_MIN, INT64_MAX}};
 constexpr jit::FamilySchema kTopkSchema{"dsa.topk", kTopkFields};
 
 KernelProgram write_program(const jit::Descriptor& d) {
@@ -73,12 +72,12 @@ KernelProgram topk_program(const jit::Descriptor& d) {
   return p;
 }
 
-std::vector<jit::Descriptor> write_examples(jit::Arch arch) {
+std::vector<jit::Descriptor> write_examples(Arch arch) {
   return {dsa_key_cache_write_descriptor(arch, heuristics::select_dsa_key_cache_write())};
 }
 
 // The bench's decode step (64 queries of 64K), a single query, the 128-head split, both page sizes.
-std::vector<jit::Descriptor> logits_examples(jit::Arch arch) {
+std::vector<jit::Descriptor> logits_examples(Arch arch) {
   std::vector<jit::Descriptor> out;
   for (const auto& [heads, page, tokens, context] :
        {std::tuple{64, 64, 64, 65536}, {32, 64, 64, 65536}, {64, 1, 1, 2048}, {32, 1, 8, 65536}, {128, 64, 4, 8192}}) {
@@ -88,7 +87,7 @@ std::vector<jit::Descriptor> logits_examples(jit::Arch arch) {
   return out;
 }
 
-std::vector<jit::Descriptor> topk_examples(jit::Arch arch) {
+std::vector<jit::Descriptor> topk_examples(Arch arch) {
   return {dsa_topk_descriptor(arch, heuristics::select_dsa_topk(2048))};
 }
 
@@ -98,15 +97,15 @@ const KernelFamily kDsaKeyCacheWriteFamily{kWriteSchema, write_program, write_ex
 const KernelFamily kDsaIndexerLogitsFamily{kLogitsSchema, logits_program, logits_examples};
 const KernelFamily kDsaTopkFamily{kTopkSchema, topk_program, topk_examples};
 
-jit::Descriptor dsa_key_cache_write_descriptor(jit::Arch arch, const DsaKeyCacheWriteConfig& c) {
+jit::Descriptor dsa_key_cache_write_descriptor(Arch arch, const DsaKeyCacheWriteConfig& c) {
   return jit::Descriptor(kWriteSchema, arch, {c.warps});
 }
 
-jit::Descriptor dsa_indexer_logits_descriptor(jit::Arch arch, int heads, int page_size, const DsaLogitsConfig& c) {
+jit::Descriptor dsa_indexer_logits_descriptor(Arch arch, int heads, int page_size, const DsaLogitsConfig& c) {
   return jit::Descriptor(kLogitsSchema, arch, {heads, page_size, c.key_warps, c.head_groups, c.stages, c.keys_per_cta});
 }
 
-jit::Descriptor dsa_topk_descriptor(jit::Arch arch, const DsaTopkConfig& c) {
+jit::Descriptor dsa_topk_descriptor(Arch arch, const DsaTopkConfig& c) {
   return jit::Descriptor(kTopkSchema, arch, {c.threads, c.candidates});
 }
 
@@ -214,3 +213,24 @@ void dsa_topk(const chord_dsa_topk_args_t& a, CUstream stream) {
 }
 
 }  // namespace chordrt
+
+namespace chordrt::ops {
+
+// The indexer's key writer, logits at the decode and prefill shapes its heuristic distinguishes (up to
+// 16K tokens x 256K context, page 64) and top-k.
+void plan_dsa_indexer(const ModelPlanInput& in, PlanBuilder& plan) {
+  if (!in.model.attention || in.model.attention->index_heads == 0) return;
+  const SparseAttentionShape& a = *in.model.attention;
+  const Arch arch = in.facts.arch;
+  constexpr int kPage = 64;
+  plan.add(dsa_key_cache_write_descriptor(arch, heuristics::select_dsa_key_cache_write()));
+  for (int64_t tokens = 1; tokens <= 16384; tokens *= 2) {
+    for (int32_t context = 1024; context <= (256 << 10); context *= 2) {
+      plan.add(dsa_indexer_logits_descriptor(
+          arch, a.index_heads, kPage, heuristics::select_dsa_logits({a.index_heads, kPage, tokens, context}, in.facts)));
+    }
+  }
+  plan.add(dsa_topk_descriptor(arch, heuristics::select_dsa_topk(a.index_topk, in.facts)));
+}
+
+}  // namespace chordrt::ops

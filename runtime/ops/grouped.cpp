@@ -1,5 +1,6 @@
 // W4A16 grouped MoE GEMMs: pack (checkpoint -> mode layout), contiguous and masked dispatch.
 //   validate -> descriptor (shape + heuristics config) -> kernel -> tensor map of A -> launch.
+#include "chordrt/chordrt.hpp"  // TEMPORARY until the family takes its C args struct
 #include "runtime/ops/grouped.hpp"
 
 #include <xxhash.h>
@@ -22,9 +23,9 @@ using heuristics::GroupedConfig;
 using heuristics::GroupedMode;
 using heuristics::GroupedShape;
 
-constexpr std::string_view kPackFields[] = {"mode", "n", "k"};
+constexpr jit::FieldSpec kPackFields[] = {{"mode", INT64_MIN, INT64_MAX}, {"n", INT64_MIN, INT64_MAX}, {"k", INT64_MIN, INT64_MAX}};
 constexpr jit::FamilySchema kPackSchema{"grouped.pack", kPackFields};
-constexpr std::string_view kGemmFields[] = {"mode", "n", "k", "experts", "block_m", "slices", "stages"};
+constexpr jit::FieldSpec kGemmFields[] = {{"mode", INT64_MIN, INT64_MAX}, {"n", INT64_MIN, INT64_MAX}, {"k", INT64_MIN, INT64_MAX}, {"experts", INT64_MIN, INT64_MAX}, {"block_m", INT64_MIN, INT64_MAX}, {"slices", INT64_MIN, INT64_MAX}, {"stages", INT64_MIN, INT64_MAX}};
 constexpr jit::FamilySchema kGemmSchema{"grouped.gemm", kGemmFields};
 
 const char* mode_name(GroupedMode m) { return m == GroupedMode::kContiguous ? "contiguous" : "masked"; }
@@ -81,12 +82,12 @@ const Example kExamples[] = {{{GroupedMode::kContiguous, 4096, 7168, 48}, 48 * 2
                              {{GroupedMode::kMasked, 7168, 2048, 12}, 64},
                              {{GroupedMode::kMasked, 384, 640, 3}, 200}};
 
-std::vector<jit::Descriptor> pack_examples(jit::Arch arch) {
+std::vector<jit::Descriptor> pack_examples(Arch arch) {
   return {grouped_pack_descriptor(arch, GroupedMode::kContiguous, 4096, 7168),
           grouped_pack_descriptor(arch, GroupedMode::kMasked, 7168, 2048)};
 }
 
-std::vector<jit::Descriptor> gemm_examples(jit::Arch arch) {
+std::vector<jit::Descriptor> gemm_examples(Arch arch) {
   std::vector<jit::Descriptor> out;
   for (const Example& e : kExamples) {
     out.push_back(grouped_gemm_descriptor(arch, e.shape, heuristics::select_grouped(e.shape, e.rows_hint)));
@@ -190,11 +191,11 @@ uint64_t grouped_weight_tag(const chord_grouped_weight_t& w) {
   return XXH3_64bits(fields, sizeof(fields));
 }
 
-jit::Descriptor grouped_pack_descriptor(jit::Arch arch, GroupedMode mode, int64_t n, int64_t k) {
+jit::Descriptor grouped_pack_descriptor(Arch arch, GroupedMode mode, int64_t n, int64_t k) {
   return jit::Descriptor(kPackSchema, arch, {static_cast<int64_t>(mode), n, k});
 }
 
-jit::Descriptor grouped_gemm_descriptor(jit::Arch arch, const GroupedShape& s, const GroupedConfig& c) {
+jit::Descriptor grouped_gemm_descriptor(Arch arch, const GroupedShape& s, const GroupedConfig& c) {
   return jit::Descriptor(kGemmSchema, arch,
                          {static_cast<int64_t>(s.mode), s.n, s.k, s.experts, c.block_m, c.slices, c.stages});
 }
@@ -220,7 +221,7 @@ chord_grouped_weight_t grouped_pack(const chord_grouped_pack_args_t& a, CUstream
   const auto mode = static_cast<heuristics::GroupedMode>(a.mode);
   ops::launch_w4a16_pack(
       "grouped_pack", "grouped", a, need_packed, need_scale,
-      [&](jit::Arch arch) { return ops::grouped_pack_descriptor(arch, mode, a.n, a.k); }, stream);
+      [&](Arch arch) { return ops::grouped_pack_descriptor(arch, mode, a.n, a.k); }, stream);
   return ops::w4a16_packed_weight(a, &chord_grouped_weight_t::mode, a.mode, ops::grouped_weight_tag);
 }
 
@@ -250,3 +251,36 @@ void grouped_masked(const void* a, int32_t max_m, const chord_grouped_weight_t* 
 }
 
 }  // namespace chordrt
+
+namespace chordrt::ops {
+
+// Under expert parallelism: packers and GEMMs of both projections in both modes, for prefill steps of
+// 128 rows per expert up to 64K rows and decode batches of 1..256 expected tokens per expert (the
+// heuristics map those onto a few configurations).
+void plan_grouped(const ModelPlanInput& in, PlanBuilder& plan) {
+  const MoeModelShape& m = in.model;
+  if (m.moe_intermediate <= 0 || m.weight_format != "int4" || in.deployment.expert_parallel <= 1) return;
+  using heuristics::GroupedMode;
+  const int experts = m.num_experts / in.deployment.expert_parallel;
+  const int64_t inter = m.moe_intermediate / in.deployment.tensor_parallel;
+  const Arch arch = in.facts.arch;
+  const std::pair<int64_t, int64_t> projections[] = {{2 * inter, m.hidden}, {m.hidden, inter}};  // (N, K)
+  for (const GroupedMode mode : {GroupedMode::kContiguous, GroupedMode::kMasked}) {
+    for (const auto& [n, k] : projections) {
+      const heuristics::GroupedShape s{mode, n, k, experts};
+      if (!heuristics::grouped_config_error(s, heuristics::select_grouped(s, 1, in.facts), in.facts).empty()) continue;
+      plan.add(grouped_pack_descriptor(arch, mode, n, k));
+      if (mode == GroupedMode::kContiguous) {
+        for (int64_t rows = 128LL * experts; rows <= 65536; rows *= 2) {
+          plan.add(grouped_gemm_descriptor(arch, s, heuristics::select_grouped(s, rows, in.facts)));
+        }
+      } else {
+        for (int64_t expected = 1; expected <= 256; ++expected) {
+          plan.add(grouped_gemm_descriptor(arch, s, heuristics::select_grouped(s, expected, in.facts)));
+        }
+      }
+    }
+  }
+}
+
+}  // namespace chordrt::ops

@@ -2,6 +2,7 @@
 //   validate -> (optional routing check) -> descriptor (layout's kernel + heuristics config) -> launch.
 // The wgmma layout runs the grouped family's persistent kernel in its indexed (gathering) mode; the mma
 // layout runs kernels_src/indexed/decode.cuh.
+#include "chordrt/chordrt.hpp"  // TEMPORARY until the family takes its C args struct
 #include "runtime/ops/indexed.hpp"
 
 #include <xxhash.h>
@@ -25,11 +26,11 @@ using heuristics::IndexedDecodeConfig;
 using heuristics::IndexedLayout;
 using heuristics::IndexedShape;
 
-constexpr std::string_view kPackFields[] = {"layout", "n", "k"};
+constexpr jit::FieldSpec kPackFields[] = {{"layout", INT64_MIN, INT64_MAX}, {"n", INT64_MIN, INT64_MAX}, {"k", INT64_MIN, INT64_MAX}};
 constexpr jit::FamilySchema kPackSchema{"indexed.pack", kPackFields};
-constexpr std::string_view kPrefillFields[] = {"n", "k", "experts", "block_m", "slices", "stages"};
+constexpr jit::FieldSpec kPrefillFields[] = {{"n", INT64_MIN, INT64_MAX}, {"k", INT64_MIN, INT64_MAX}, {"experts", INT64_MIN, INT64_MAX}, {"block_m", INT64_MIN, INT64_MAX}, {"slices", INT64_MIN, INT64_MAX}, {"stages", INT64_MIN, INT64_MAX}};
 constexpr jit::FamilySchema kPrefillSchema{"indexed.prefill", kPrefillFields};
-constexpr std::string_view kDecodeFields[] = {"n", "k", "experts", "block_m", "depth"};
+constexpr jit::FieldSpec kDecodeFields[] = {{"n", INT64_MIN, INT64_MAX}, {"k", INT64_MIN, INT64_MAX}, {"experts", INT64_MIN, INT64_MAX}, {"block_m", INT64_MIN, INT64_MAX}, {"depth", INT64_MIN, INT64_MAX}};
 constexpr jit::FamilySchema kDecodeSchema{"indexed.decode", kDecodeFields};
 constexpr int kMaxTopK = 64;
 
@@ -100,12 +101,12 @@ KernelProgram decode_program(const jit::Descriptor& d) {
 }
 
 // Kimi K2 EP8 and TP8 shapes at typical step sizes.
-std::vector<jit::Descriptor> pack_examples(jit::Arch arch) {
+std::vector<jit::Descriptor> pack_examples(Arch arch) {
   return {indexed_pack_descriptor(arch, IndexedLayout::kWgmma, 4096, 7168),
           indexed_pack_descriptor(arch, IndexedLayout::kMma, 7168, 2048)};
 }
 
-std::vector<jit::Descriptor> prefill_examples(jit::Arch arch) {
+std::vector<jit::Descriptor> prefill_examples(Arch arch) {
   std::vector<jit::Descriptor> out;
   const IndexedShape shapes[] = {{IndexedLayout::kWgmma, 4096, 7168, 48}, {IndexedLayout::kWgmma, 512, 7168, 384}};
   for (const IndexedShape& s : shapes) {
@@ -115,7 +116,7 @@ std::vector<jit::Descriptor> prefill_examples(jit::Arch arch) {
   return out;
 }
 
-std::vector<jit::Descriptor> decode_examples(jit::Arch arch) {
+std::vector<jit::Descriptor> decode_examples(Arch arch) {
   const IndexedShape s{IndexedLayout::kMma, 7168, 2048, 48};
   return {indexed_decode_descriptor(arch, s, heuristics::select_indexed_decode(s, 8)),
           indexed_decode_descriptor(arch, s, heuristics::select_indexed_decode(s, 24))};
@@ -180,15 +181,15 @@ uint64_t indexed_weight_tag(const chord_indexed_weight_t& w) {
   return XXH3_64bits(fields, sizeof(fields));
 }
 
-jit::Descriptor indexed_pack_descriptor(jit::Arch arch, IndexedLayout layout, int64_t n, int64_t k) {
+jit::Descriptor indexed_pack_descriptor(Arch arch, IndexedLayout layout, int64_t n, int64_t k) {
   return jit::Descriptor(kPackSchema, arch, {static_cast<int64_t>(layout), n, k});
 }
 
-jit::Descriptor indexed_prefill_descriptor(jit::Arch arch, const IndexedShape& s, const GroupedConfig& c) {
+jit::Descriptor indexed_prefill_descriptor(Arch arch, const IndexedShape& s, const GroupedConfig& c) {
   return jit::Descriptor(kPrefillSchema, arch, {s.n, s.k, s.experts, c.block_m, c.slices, c.stages});
 }
 
-jit::Descriptor indexed_decode_descriptor(jit::Arch arch, const IndexedShape& s, const IndexedDecodeConfig& c) {
+jit::Descriptor indexed_decode_descriptor(Arch arch, const IndexedShape& s, const IndexedDecodeConfig& c) {
   return jit::Descriptor(kDecodeSchema, arch, {s.n, s.k, s.experts, c.block_m, c.depth});
 }
 
@@ -214,7 +215,7 @@ chord_indexed_weight_t indexed_pack(const chord_indexed_pack_args_t& a, CUstream
   const auto layout = static_cast<heuristics::IndexedLayout>(a.layout);
   ops::launch_w4a16_pack(
       "indexed_pack", "indexed", a, need_packed, need_scale,
-      [&](jit::Arch arch) { return ops::indexed_pack_descriptor(arch, layout, a.n, a.k); }, stream);
+      [&](Arch arch) { return ops::indexed_pack_descriptor(arch, layout, a.n, a.k); }, stream);
   return ops::w4a16_packed_weight(a, &chord_indexed_weight_t::layout, a.layout, ops::indexed_weight_tag);
 }
 
@@ -296,3 +297,42 @@ void indexed_gemm(const chord_indexed_args_t& a, CUstream stream) {
 }
 
 }  // namespace chordrt
+
+namespace chordrt::ops {
+
+// EP or TP: both layouts' packers and GEMMs of both projections, for steps of 1..128 tokens on the
+// decode layout and 64..64K tokens on the prefill layout, plus moe_align at every block size the
+// heuristic picks for them. Routed rows on this GPU: tokens * top_k / EP.
+void plan_indexed(const ModelPlanInput& in, PlanBuilder& plan) {
+  const MoeModelShape& m = in.model;
+  const Deployment& dep = in.deployment;
+  if (m.moe_intermediate <= 0 || m.weight_format != "int4") return;
+  using heuristics::IndexedLayout;
+  const int experts = m.num_experts / dep.expert_parallel;
+  const int64_t inter = m.moe_intermediate / dep.tensor_parallel;
+  const Arch arch = in.facts.arch;
+  const std::pair<int64_t, int64_t> projections[] = {{2 * inter, m.hidden}, {m.hidden, inter}};  // (N, K)
+  for (const auto& [n, k] : projections) {
+    for (const IndexedLayout layout : {IndexedLayout::kMma, IndexedLayout::kWgmma}) {
+      const heuristics::IndexedShape s{layout, n, k, experts};
+      if (!heuristics::indexed_shape_error(s).empty()) continue;
+      plan.add(indexed_pack_descriptor(arch, layout, n, k));
+      const bool decode = layout == IndexedLayout::kMma;
+      for (int64_t tokens = decode ? 1 : 64; tokens <= (decode ? 128 : 65536);
+           tokens = decode ? tokens + 1 : tokens * 2) {
+        const int64_t rows = std::max<int64_t>(1, tokens * m.top_k / dep.expert_parallel);
+        const int bm = heuristics::select_indexed_block_m(s, rows);
+        for (const MoeAlignKey& a : moe_align_keys(m.num_experts, bm, dep.expert_parallel > 1, in.facts)) {
+          plan.add(MoeAlignFamily::descriptor(arch, a));
+        }
+        if (decode) {
+          plan.add(indexed_decode_descriptor(arch, s, heuristics::select_indexed_decode(s, bm)));
+        } else {
+          plan.add(indexed_prefill_descriptor(arch, s, heuristics::select_indexed_prefill(s, bm, rows, in.facts)));
+        }
+      }
+    }
+  }
+}
+
+}  // namespace chordrt::ops

@@ -1,4 +1,5 @@
 // mla_cache_write: validate -> descriptor -> kernel -> launch (kernels_src/mla/cache_write.cuh).
+#include "chordrt/chordrt.hpp"  // TEMPORARY until the family takes its C args struct
 #include "runtime/ops/mla_cache.hpp"
 
 #include <algorithm>
@@ -12,7 +13,7 @@ namespace chordrt::ops {
 
 namespace {
 
-constexpr std::string_view kFields[] = {"format", "rope_dims", "warps"};
+constexpr jit::FieldSpec kFields[] = {{"format", INT64_MIN, INT64_MAX}, {"rope_dims", INT64_MIN, INT64_MAX}, {"warps", INT64_MIN, INT64_MAX}};
 constexpr jit::FamilySchema kSchema{"mla.cache_write", kFields};
 // One warp per token row; 4 rows per CTA keeps decode-sized batches (1..256 rows) spread over many SMs.
 constexpr int kWarps = 4;
@@ -33,7 +34,7 @@ KernelProgram program(const jit::Descriptor& d) {
   return p;
 }
 
-std::vector<jit::Descriptor> examples(jit::Arch arch) {
+std::vector<jit::Descriptor> examples(Arch arch) {
   std::vector<jit::Descriptor> out;
   for (const auto format : {CHORD_MLA_CACHE_FP8_DS_MLA, CHORD_MLA_CACHE_BF16}) {
     for (const int rope : {64, 0}) out.push_back(mla_cache_write_descriptor(arch, format, rope));
@@ -45,7 +46,7 @@ std::vector<jit::Descriptor> examples(jit::Arch arch) {
 
 const KernelFamily kMlaCacheWriteFamily{kSchema, program, examples};
 
-jit::Descriptor mla_cache_write_descriptor(jit::Arch arch, chord_mla_cache_format_t format, int rope_dims) {
+jit::Descriptor mla_cache_write_descriptor(Arch arch, chord_mla_cache_format_t format, int rope_dims) {
   return jit::Descriptor(kSchema, arch, {format, rope_dims, kWarps});
 }
 

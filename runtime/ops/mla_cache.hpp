@@ -13,6 +13,6 @@ namespace chordrt::ops {
 
 extern const KernelFamily kMlaCacheWriteFamily;
 
-jit::Descriptor mla_cache_write_descriptor(jit::Arch arch, chord_mla_cache_format_t format, int rope_dims);
+jit::Descriptor mla_cache_write_descriptor(Arch arch, chord_mla_cache_format_t format, int rope_dims);
 
 }  // namespace chordrt::ops

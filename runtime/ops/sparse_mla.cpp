@@ -17,9 +17,9 @@ using heuristics::MlaCacheFormat;
 using heuristics::SparseMlaConfig;
 using heuristics::SparseMlaShape;
 
-constexpr std::string_view kDecodeFields[] = {"format", "rope_dims", "heads", "head_group", "warps", "stages"};
+constexpr jit::FieldSpec kDecodeFields[] = {{"format", INT64_MIN, INT64_MAX}, {"rope_dims", INT64_MIN, INT64_MAX}, {"heads", INT64_MIN, INT64_MAX}, {"head_group", INT64_MIN, INT64_MAX}, {"warps", INT64_MIN, INT64_MAX}, {"stages", INT64_MIN, INT64_MAX}};
 constexpr jit::FamilySchema kDecodeSchema{"mla.decode", kDecodeFields};
-constexpr std::string_view kCombineFields[] = {"heads"};
+constexpr jit::FieldSpec kCombineFields[] = {{"heads", INT64_MIN, INT64_MAX}};
 constexpr jit::FamilySchema kCombineSchema{"mla.combine", kCombineFields};
 
 // Host mirrors of kernels_src/mla/decode.cuh's DecodeParams and combine.cuh's CombineParams.
@@ -93,7 +93,7 @@ const SparseMlaShape kExamples[] = {{MlaCacheFormat::kFp8DsMla, 64, 8, 2048, 1},
                                     {MlaCacheFormat::kBf16, 64, 16, 2048, 1},
                                     {MlaCacheFormat::kFp8DsMla, 64, 128, 2048, 128}};
 
-std::vector<jit::Descriptor> decode_examples(jit::Arch arch) {
+std::vector<jit::Descriptor> decode_examples(Arch arch) {
   std::vector<jit::Descriptor> out;
   for (const auto& s : kExamples) {
     out.push_back(sparse_mla_decode_descriptor(arch, s, heuristics::select_sparse_mla(s, heuristics::DeviceFacts{})));
@@ -101,7 +101,7 @@ std::vector<jit::Descriptor> decode_examples(jit::Arch arch) {
   return out;
 }
 
-std::vector<jit::Descriptor> combine_examples(jit::Arch arch) {
+std::vector<jit::Descriptor> combine_examples(Arch arch) {
   return {sparse_mla_combine_descriptor(arch, 8), sparse_mla_combine_descriptor(arch, 128)};
 }
 
@@ -110,12 +110,12 @@ std::vector<jit::Descriptor> combine_examples(jit::Arch arch) {
 const KernelFamily kSparseMlaDecodeFamily{kDecodeSchema, decode_program, decode_examples};
 const KernelFamily kSparseMlaCombineFamily{kCombineSchema, combine_program, combine_examples};
 
-jit::Descriptor sparse_mla_decode_descriptor(jit::Arch arch, const SparseMlaShape& s, const SparseMlaConfig& c) {
+jit::Descriptor sparse_mla_decode_descriptor(Arch arch, const SparseMlaShape& s, const SparseMlaConfig& c) {
   return jit::Descriptor(kDecodeSchema, arch,
                          {static_cast<int64_t>(s.format), s.rope_dims, s.num_heads, c.head_group, c.warps, c.stages});
 }
 
-jit::Descriptor sparse_mla_combine_descriptor(jit::Arch arch, int num_heads) {
+jit::Descriptor sparse_mla_combine_descriptor(Arch arch, int num_heads) {
   return jit::Descriptor(kCombineSchema, arch, {num_heads});
 }
 
@@ -234,3 +234,28 @@ void sparse_mla_decode(const chord_sparse_mla_decode_args_t& a, CUstream stream)
 }
 
 }  // namespace chordrt
+
+namespace chordrt::ops {
+
+// The writers and decode at this deployment's head count (and the NoPE layers' variants).
+void plan_sparse_mla(const ModelPlanInput& in, PlanBuilder& plan) {
+  if (!in.model.attention) return;
+  const SparseAttentionShape& a = *in.model.attention;
+  const Deployment& dep = in.deployment;
+  const int heads = dep.expert_parallel > 1 ? a.num_heads : a.num_heads / dep.tensor_parallel;  // EP: DP attention
+  if (a.num_heads % dep.tensor_parallel != 0 || heads % 8 != 0 || heads > heuristics::kMlaMaxHeads) {
+    throw_error(CHORD_ERROR_INVALID_ARGUMENT,
+                "deployment {}: {} attention heads over TP {} is not a multiple of 8 up to {} per GPU", dep.name,
+                a.num_heads, dep.tensor_parallel, heuristics::kMlaMaxHeads);
+  }
+  const Arch arch = in.facts.arch;
+  for (int rope : {a.rope_dims, 0}) {
+    if (rope == 0 && a.rope_dims != 0 && !a.nope_layers) continue;
+    plan.add(mla_cache_write_descriptor(arch, CHORD_MLA_CACHE_FP8_DS_MLA, rope));
+    const heuristics::SparseMlaShape s{heuristics::MlaCacheFormat::kFp8DsMla, rope, heads, a.index_topk, 1};
+    plan.add(sparse_mla_decode_descriptor(arch, s, heuristics::select_sparse_mla_kernel(s, in.facts)));
+  }
+  plan.add(sparse_mla_combine_descriptor(arch, heads));
+}
+
+}  // namespace chordrt::ops

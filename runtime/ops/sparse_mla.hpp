@@ -4,6 +4,8 @@
 
 #include "heuristics/sparse_mla.hpp"
 #include "jit_cache/descriptor.hpp"
+#include "runtime/model_plan.hpp"
+#include "runtime/ops/mla_cache.hpp"
 #include "runtime/kernel_registry.hpp"
 
 namespace chordrt::ops {
@@ -11,8 +13,11 @@ namespace chordrt::ops {
 extern const KernelFamily kSparseMlaDecodeFamily;
 extern const KernelFamily kSparseMlaCombineFamily;
 
-jit::Descriptor sparse_mla_decode_descriptor(jit::Arch arch, const heuristics::SparseMlaShape& s,
+jit::Descriptor sparse_mla_decode_descriptor(Arch arch, const heuristics::SparseMlaShape& s,
                                              const heuristics::SparseMlaConfig& c);
-jit::Descriptor sparse_mla_combine_descriptor(jit::Arch arch, int num_heads);
+jit::Descriptor sparse_mla_combine_descriptor(Arch arch, int num_heads);
+
+// The kernels of this family a model's deployment dispatches.
+void plan_sparse_mla(const ModelPlanInput& in, PlanBuilder& plan);
 
 }  // namespace chordrt::ops

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "runtime/error.hpp"
+#include "runtime/core/error.hpp"
 
 namespace chordrt::ops {
 

@@ -1,4 +1,5 @@
 // warp_decode_moe: validate -> descriptors (gate/up, down) -> kernels -> two launches.
+#include "chordrt/chordrt.hpp"  // TEMPORARY until the family takes its C args struct
 #include "runtime/ops/warp_decode.hpp"
 
 #include "runtime/env_config.hpp"
@@ -13,13 +14,9 @@ namespace {
 using heuristics::WarpDecodeShape;
 using heuristics::WeightFormat;
 
-constexpr std::string_view kGateUpFields[] = {"format",  "hidden",       "intermediate", "experts",
-                                              "top_k",   "max_tokens",   "k_split",      "row_tiles",
-                                              "n_tiles", "stage_groups", "stages",       "has_map"};
+constexpr jit::FieldSpec kGateUpFields[] = {{"format", INT64_MIN, INT64_MAX}, {"hidden", INT64_MIN, INT64_MAX}, {"intermediate", INT64_MIN, INT64_MAX}, {"experts", INT64_MIN, INT64_MAX}, {"top_k", INT64_MIN, INT64_MAX}, {"max_tokens", INT64_MIN, INT64_MAX}, {"k_split", INT64_MIN, INT64_MAX}, {"row_tiles", INT64_MIN, INT64_MAX}, {"n_tiles", INT64_MIN, INT64_MAX}, {"stage_groups", INT64_MIN, INT64_MAX}, {"stages", INT64_MIN, INT64_MAX}, {"has_map", INT64_MIN, INT64_MAX}};
 constexpr jit::FamilySchema kGateUpSchema{"warp_decode.gate_up", kGateUpFields};
-constexpr std::string_view kDownFields[] = {"format",       "hidden", "intermediate", "experts",   "top_k",
-                                            "max_tokens",   "warps",  "k_chunks",     "row_tiles", "n_tiles",
-                                            "stage_groups", "stages", "has_map"};
+constexpr jit::FieldSpec kDownFields[] = {{"format", INT64_MIN, INT64_MAX}, {"hidden", INT64_MIN, INT64_MAX}, {"intermediate", INT64_MIN, INT64_MAX}, {"experts", INT64_MIN, INT64_MAX}, {"top_k", INT64_MIN, INT64_MAX}, {"max_tokens", INT64_MIN, INT64_MAX}, {"warps", INT64_MIN, INT64_MAX}, {"k_chunks", INT64_MIN, INT64_MAX}, {"row_tiles", INT64_MIN, INT64_MAX}, {"n_tiles", INT64_MIN, INT64_MAX}, {"stage_groups", INT64_MIN, INT64_MAX}, {"stages", INT64_MIN, INT64_MAX}, {"has_map", INT64_MIN, INT64_MAX}};
 constexpr jit::FamilySchema kDownSchema{"warp_decode.down", kDownFields};
 
 bool power_of_two_in(int64_t v, int64_t lo, int64_t hi) { return v >= lo && v <= hi && (v & (v - 1)) == 0; }
@@ -104,7 +101,7 @@ const WarpDecodeShape kExamples[] = {{WeightFormat::kInt4Group32, 7168, 256, 384
                                      {WeightFormat::kInt4Group32, 4096, 1536, 1024, 2048, 32, true}};
 constexpr int64_t kExampleTokens[] = {1, 128, 128};
 
-std::vector<jit::Descriptor> gate_up_examples(jit::Arch arch) {
+std::vector<jit::Descriptor> gate_up_examples(Arch arch) {
   std::vector<jit::Descriptor> out;
   for (size_t i = 0; i < std::size(kExamples); ++i) {
     out.push_back(warp_decode_gate_up_descriptor(
@@ -113,7 +110,7 @@ std::vector<jit::Descriptor> gate_up_examples(jit::Arch arch) {
   return out;
 }
 
-std::vector<jit::Descriptor> down_examples(jit::Arch arch) {
+std::vector<jit::Descriptor> down_examples(Arch arch) {
   std::vector<jit::Descriptor> out;
   for (size_t i = 0; i < std::size(kExamples); ++i) {
     out.push_back(warp_decode_down_descriptor(arch, kExamples[i],
@@ -127,14 +124,14 @@ std::vector<jit::Descriptor> down_examples(jit::Arch arch) {
 const KernelFamily kWarpDecodeGateUpFamily{kGateUpSchema, gate_up_program, gate_up_examples};
 const KernelFamily kWarpDecodeDownFamily{kDownSchema, down_program, down_examples};
 
-jit::Descriptor warp_decode_gate_up_descriptor(jit::Arch arch, const WarpDecodeShape& s,
+jit::Descriptor warp_decode_gate_up_descriptor(Arch arch, const WarpDecodeShape& s,
                                                const heuristics::WarpDecodeGateUpConfig& c) {
   return jit::Descriptor(kGateUpSchema, arch,
                          {static_cast<int64_t>(s.format), s.hidden, s.intermediate, s.experts, s.top_k, c.max_tokens,
                           c.k_split, c.row_tiles, c.n_tiles, c.stage_groups, c.stages, s.has_map ? 1 : 0});
 }
 
-jit::Descriptor warp_decode_down_descriptor(jit::Arch arch, const WarpDecodeShape& s,
+jit::Descriptor warp_decode_down_descriptor(Arch arch, const WarpDecodeShape& s,
                                             const heuristics::WarpDecodeDownConfig& c) {
   return jit::Descriptor(kDownSchema, arch,
                          {static_cast<int64_t>(s.format), s.hidden, s.intermediate, s.experts, s.top_k, c.max_tokens,
@@ -223,3 +220,28 @@ void warp_decode_moe(const WarpDecodeMoeArgs& a, CUstream stream) {
 }
 
 }  // namespace chordrt
+
+namespace chordrt::ops {
+
+void plan_warp_decode(const ModelPlanInput& in, PlanBuilder& plan) {
+  const MoeModelShape& m = in.model;
+  if (m.moe_intermediate <= 0 || m.weight_format.empty()) return;
+  const Deployment& dep = in.deployment;
+  const heuristics::WarpDecodeShape s{
+      m.weight_format == "int4" ? heuristics::WeightFormat::kInt4Group32 : heuristics::WeightFormat::kMxfp8,
+      m.hidden,
+      m.moe_intermediate / dep.tensor_parallel,
+      m.num_experts / dep.expert_parallel,
+      m.num_experts,
+      m.top_k,
+      dep.expert_parallel > 1};
+  for (int64_t tokens : heuristics::warp_decode_prewarm_tokens()) {
+    const auto gu = heuristics::select_warp_decode_gate_up(s, tokens, in.facts);
+    const auto dn = heuristics::select_warp_decode_down(s, tokens, in.facts);
+    if (gu.stage_groups == 0 || dn.stage_groups == 0) break;  // shape not served by warp decode
+    plan.add(warp_decode_gate_up_descriptor(in.facts.arch, s, gu));
+    plan.add(warp_decode_down_descriptor(in.facts.arch, s, dn));
+  }
+}
+
+}  // namespace chordrt::ops

@@ -40,7 +40,7 @@ int main() {
   }
 
   // ---- runtime info ----------------------------------------------------------------------------
-  chordrt::RuntimeInfo info;
+  chord_runtime_info_t info{};
   try {
     info = chordrt::runtime_info();
   } catch (const chordrt::Error& e) {
@@ -48,7 +48,7 @@ int main() {
   }
   std::printf("driver: %s (version %d, %d devices); nvrtc %d.%d; cache %s%s\n",
               info.driver_available ? "available" : "none (compile-only mode)", info.driver_version,
-              info.device_count, info.nvrtc_major, info.nvrtc_minor, info.cache_dir.c_str(),
+              info.device_count, info.nvrtc_major, info.nvrtc_minor, info.cache_dir,
               info.cache_memory_only ? " (memory only)" : "");
   chord_runtime_info_t cinfo{};
   cinfo.struct_size = sizeof(cinfo);
@@ -59,7 +59,7 @@ int main() {
 
   // ---- prewarm (compile only: works without a GPU) --------------------------------------------
   try {
-    const chordrt::PrewarmSummary s = chordrt::prewarm_model("kimi-k2", "tp8", "sm_90a");
+    const chord_prewarm_summary_t s = chordrt::prewarm_model("kimi-k2", "tp8", "sm_90a");
     std::printf("prewarm kimi-k2 tp8 sm_90a: %d compiled, %d cached, %d failed (median %.1f ms, max %.1f ms)\n",
                 s.compiled, s.cached, s.failed, s.median_compile_ms, s.max_compile_ms);
     if (s.compiled <= 0) fail("prewarm compiled nothing into a fresh cache");
@@ -68,7 +68,7 @@ int main() {
   } catch (const chordrt::Error& e) {
     fail("prewarm_model threw " + status_name(e.status()) + ": " + e.what());
   }
-  const chordrt::RuntimeInfo after = chordrt::runtime_info();
+  const chord_runtime_info_t after = chordrt::runtime_info();
   if (after.kernels_compiled == 0) fail("runtime_info does not count the compiles");
 
   // ---- errors through both APIs ---------------------------------------------------------------
@@ -80,13 +80,18 @@ int main() {
       fail("prewarm_model(no-such-model): " + status_name(e.status()) + ": " + e.what());
     }
   }
-  chord_status_t st = chord_moe_align(nullptr, 4, 2, 8, 16, nullptr, 0, nullptr, 0, nullptr, nullptr, nullptr);
+  auto align = chordrt::args<chord_moe_align_args_t>();
+  align.num_tokens = 4;
+  align.top_k = 2;
+  align.num_experts = 8;
+  align.block_size = 16;
+  chord_status_t st = chord_moe_align(&align, nullptr);
   if (st != CHORD_ERROR_INVALID_ARGUMENT || !std::strstr(chord_last_error(), "topk_ids")) {
     fail("chord_moe_align(NULL...): " + status_name(st) + ": " + chord_last_error());
   }
-  chord_moe_align_options_t bad_options{};
-  bad_options.struct_size = sizeof(bad_options) + 8;
-  st = chord_moe_align(nullptr, 4, 2, 8, 16, nullptr, 0, nullptr, 0, nullptr, &bad_options, nullptr);
+  chord_moe_align_args_t bad_size = align;
+  bad_size.struct_size = sizeof(bad_size) + 8;
+  st = chord_moe_align(&bad_size, nullptr);
   if (st != CHORD_ERROR_INVALID_ARGUMENT || !std::strstr(chord_last_error(), "struct_size")) {
     fail("chord_moe_align(bad struct_size): " + status_name(st) + ": " + chord_last_error());
   }
@@ -96,10 +101,13 @@ int main() {
     auto fake = [](uintptr_t a) { return reinterpret_cast<int32_t*>(a); };
     const int64_t cap = chord_moe_align_sorted_capacity(4, 2, 8, 16);
     const int64_t blocks = (cap + 15) / 16;
-    chord_moe_align_options_t options{};
-    options.struct_size = sizeof(options);
-    st = chord_moe_align(fake(0x10000), 4, 2, 8, 16, fake(0x20000), cap, fake(0x30000), blocks, fake(0x40000),
-                         &options, nullptr);
+    align.topk_ids = fake(0x10000);
+    align.sorted_token_ids = fake(0x20000);
+    align.sorted_token_ids_capacity = cap;
+    align.expert_ids = fake(0x30000);
+    align.expert_ids_capacity = blocks;
+    align.num_tokens_post_padded = fake(0x40000);
+    st = chord_moe_align(&align, nullptr);
     std::printf("chord_moe_align without a driver: %s (%s)\n", chord_status_string(st), chord_last_error());
     if (st != CHORD_ERROR_NO_DRIVER && st != CHORD_ERROR_NO_DEVICE) fail("expected NO_DRIVER or NO_DEVICE");
     if (!*chord_last_error()) fail("no message with " + status_name(st));

@@ -66,7 +66,7 @@ int run_info(bool as_json) {
       j["devices"].push_back({{"index", i},
                               {"name", name},
                               {"compute_capability", fmt::format("{}.{}", major, minor)},
-                              {"arch", jit::Arch::for_compute_capability(major, minor).name()},
+                              {"arch", Arch::for_compute_capability(major, minor).name()},
                               {"sm_count", sms},
                               {"memory_bytes", mem}});
     }

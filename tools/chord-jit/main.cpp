@@ -15,8 +15,8 @@ int main(int argc, char** argv) {
   bool json = false;
   app.add_option("--cache-dir", cache_dir, "primary cache directory (default: $CHORD_CACHE_DIR or ~/.cache/chordrt)");
   app.add_flag("--json", json, "machine-readable output on stdout");
-  app.set_version_flag("--version", fmt::format("chord-jit {}.{}.{}", chordrt::version().major,
-                                                chordrt::version().minor, chordrt::version().patch));
+  app.set_version_flag("--version", fmt::format("chord-jit {}.{}.{}", CHORDRT_VERSION_MAJOR,
+                                                CHORDRT_VERSION_MINOR, CHORDRT_VERSION_PATCH));
 
   auto* info = app.add_subcommand("info", "versions of chordrt, NVRTC and the driver; devices; cache layers");
 

@@ -4,8 +4,10 @@
  *  - every function returns a chord_status_t; chord_last_error() gives the thread's last message;
  *  - no exception crosses this boundary;
  *  - every operation takes an explicit CUstream (0 = the legacy default stream);
- *  - option structs begin with `size_t struct_size` (set it to sizeof the struct you compiled against);
- *    a NULL options pointer means "all defaults".
+ *  - every operation takes one args struct that begins with `size_t struct_size`: set it to sizeof the
+ *    struct you compiled against. A library accepts any size from the struct's CHORD_<NAME>_MIN_SIZE (its
+ *    required fields) up to its own sizeof; fields past the caller's size read as zero, so a caller
+ *    built against an older header keeps working when later versions append optional fields.
  * Device pointers are raw CUdeviceptr values cast to pointers (e.g. torch's tensor.data_ptr()). */
 #ifndef CHORDRT_H_
 #define CHORDRT_H_
@@ -26,7 +28,11 @@ extern "C" {
 /* Same type as cuda.h's CUstream; repeating the typedef is valid C11/C++. */
 typedef struct CUstream_st* CUstream;
 
-#define CHORD_ABI_VERSION 1
+/* 2: every operation takes one versioned args struct; one W4A16 weight type for both GEMM families. */
+#define CHORD_ABI_VERSION 2
+
+/* The size of an args struct up to and including `field` (its required part). */
+#define CHORD_ARGS_SIZE_UNTIL(type, field) (offsetof(type, field) + sizeof(((type*)0)->field))
 
 typedef enum chord_status {
   CHORD_SUCCESS = 0,
@@ -61,6 +67,7 @@ typedef struct chord_runtime_info {
   uint64_t disk_hits;           /* kernels loaded from a disk cache layer */
   uint64_t kernels_loaded;      /* (context, kernel) pairs loaded into the memo */
 } chord_runtime_info_t;
+#define CHORD_RUNTIME_INFO_MIN_SIZE sizeof(chord_runtime_info_t)
 CHORD_API chord_status_t chord_get_runtime_info(chord_runtime_info_t* info);
 
 typedef struct chord_prewarm_summary {
@@ -68,6 +75,7 @@ typedef struct chord_prewarm_summary {
   int compiled, cached, failed;
   double median_compile_ms, max_compile_ms;
 } chord_prewarm_summary_t;
+#define CHORD_PREWARM_SUMMARY_MIN_SIZE sizeof(chord_prewarm_summary_t)
 /* Compiles (into the disk cache) every kernel a deployment of a model dispatches, in this process.
  * model: a preset name ("kimi-k2", "deepseek-v3") or a path to a Hugging Face config.json;
  * deployment: "tp1", "tp8", "ep8", ...; arch: "sm_90a". Works without a GPU. */
@@ -82,45 +90,63 @@ CHORD_API chord_status_t chord_prewarm_model(const char* model, const char* depl
 CHORD_API int64_t chord_moe_align_sorted_capacity(int64_t num_tokens, int32_t top_k, int32_t num_experts,
                                                   int32_t block_size);
 
-typedef struct chord_moe_align_options {
+typedef struct chord_moe_align_args {
   size_t struct_size;
-  /* Optional [num_experts] int32 map from global expert id to local id, -1 = not on this GPU. */
+  const int32_t* topk_ids; /* [num_tokens, top_k] global expert ids; ids outside [0, num_experts) are dropped */
+  int64_t num_tokens;
+  int32_t top_k;
+  int32_t num_experts;
+  int32_t block_size;
+  int32_t* sorted_token_ids;
+  int64_t sorted_token_ids_capacity; /* >= chord_moe_align_sorted_capacity(...) */
+  int32_t* expert_ids;
+  int64_t expert_ids_capacity; /* >= ceil(sorted capacity / block_size) */
+  int32_t* num_tokens_post_padded; /* [1] */
+  /* Optional [num_experts] map from global expert id to local id, -1 = not on this GPU (may be left out
+   * of a smaller struct: CHORD_MOE_ALIGN_ARGS_MIN_SIZE). */
   const int32_t* expert_map;
-} chord_moe_align_options_t;
+} chord_moe_align_args_t;
+#define CHORD_MOE_ALIGN_ARGS_MIN_SIZE CHORD_ARGS_SIZE_UNTIL(chord_moe_align_args_t, num_tokens_post_padded)
 
-/* vLLM's moe_align_block_size contract. topk_ids [num_tokens, top_k] int32 (global expert ids; ids
- * outside [0, num_experts) are dropped). Writes, for route id r = token*top_k + j:
+/* vLLM's moe_align_block_size contract. Writes, for route id r = token*top_k + j:
  *  sorted_token_ids: each expert's routes in ascending r, padded to a multiple of block_size with the
  *    sentinel num_tokens*top_k; the whole tail up to the capacity is filled with the sentinel;
  *  expert_ids: one per block (expert_map[e] when a map is given, so -1 for non-local experts), -1 past
  *    the used blocks up to expert_ids_capacity;
  *  num_tokens_post_padded[0]: number of used entries of sorted_token_ids (a multiple of block_size).
  * Nothing is read back to the host: the call is graph-capturable. */
-CHORD_API chord_status_t chord_moe_align(const int32_t* topk_ids, int64_t num_tokens, int32_t top_k,
-                                         int32_t num_experts, int32_t block_size, int32_t* sorted_token_ids,
-                                         int64_t sorted_token_ids_capacity, int32_t* expert_ids,
-                                         int64_t expert_ids_capacity, int32_t* num_tokens_post_padded,
-                                         const chord_moe_align_options_t* options, CUstream stream);
+CHORD_API chord_status_t chord_moe_align(const chord_moe_align_args_t* args, CUstream stream);
 
-/* input [rows, 2*intermediate] BF16 (gate half then up half) -> output [rows, intermediate] BF16,
- * output = silu(gate) * up computed in FP32. Pointers 16-byte aligned when intermediate % 8 == 0. */
-CHORD_API chord_status_t chord_silu_and_mul(const void* input, void* output, int64_t rows, int64_t intermediate,
-                                            CUstream stream);
-
-typedef struct chord_moe_combine_options {
+typedef struct chord_silu_and_mul_args {
   size_t struct_size;
+  const void* input; /* [rows, 2*intermediate] BF16: gate half then up half */
+  void* output;      /* [rows, intermediate] BF16 */
+  int64_t rows;
+  int64_t intermediate;
+} chord_silu_and_mul_args_t;
+#define CHORD_SILU_AND_MUL_ARGS_MIN_SIZE sizeof(chord_silu_and_mul_args_t)
+
+/* output = silu(gate) * up computed in FP32. Pointers 16-byte aligned when intermediate % 8 == 0. */
+CHORD_API chord_status_t chord_silu_and_mul(const chord_silu_and_mul_args_t* args, CUstream stream);
+
+typedef struct chord_moe_combine_args {
+  size_t struct_size;
+  const void* expert_rows;    /* [num_tokens*top_k, hidden] BF16 */
+  const float* topk_weights;  /* [num_tokens, top_k] FP32 */
+  void* output;               /* [num_tokens, hidden] BF16 */
+  int64_t num_tokens;
+  int32_t top_k;
+  int64_t hidden;
   /* Optional expert-parallel filter: when both are given, route (t, j) contributes only if
    * expert_map[topk_ids[t*top_k + j]] >= 0 (the output is this GPU's partial sum). */
   const int32_t* topk_ids;
   const int32_t* expert_map;
   int32_t num_experts;
-} chord_moe_combine_options_t;
+} chord_moe_combine_args_t;
+#define CHORD_MOE_COMBINE_ARGS_MIN_SIZE CHORD_ARGS_SIZE_UNTIL(chord_moe_combine_args_t, hidden)
 
-/* output[t, :] = sum_j topk_weights[t, j] * expert_rows[t*top_k + j, :] in FP32, written as BF16.
- * expert_rows [num_tokens*top_k, hidden] BF16, topk_weights [num_tokens, top_k] FP32. */
-CHORD_API chord_status_t chord_moe_combine(const void* expert_rows, const float* topk_weights, void* output,
-                                           int64_t num_tokens, int32_t top_k, int64_t hidden,
-                                           const chord_moe_combine_options_t* options, CUstream stream);
+/* output[t, :] = sum_j topk_weights[t, j] * expert_rows[t*top_k + j, :] in FP32, written as BF16. */
+CHORD_API chord_status_t chord_moe_combine(const chord_moe_combine_args_t* args, CUstream stream);
 
 /* ---- Warp decode MoE ------------------------------------------------------------------------------- */
 typedef enum chord_weight_format {

@@ -1,87 +1,64 @@
-// chordrt C++ API. Same operations as the C ABI (chordrt.h); errors are thrown as chordrt::Error.
+// chordrt C++ API: a header-only layer over the C ABI (chordrt.h). Same operations and the same args
+// structs; every failure is thrown as chordrt::Error carrying the status and chord_last_error().
+//   auto a = chordrt::args<chord_moe_align_args_t>();   // struct_size set, everything else zero
+//   a.topk_ids = ...;  chordrt::moe_align(a, stream);
 #pragma once
 
 #include <chordrt/chordrt.h>
+#include <chordrt/error.hpp>
 
 #include <cstdint>
-#include <stdexcept>
 #include <string>
 #include <string_view>
 
 namespace chordrt {
 
-class CHORD_API Error : public std::runtime_error {
- public:
-  Error(chord_status_t status, const std::string& message) : std::runtime_error(message), status_(status) {}
-  chord_status_t status() const noexcept { return status_; }
+// Throws chordrt::Error(status, chord_last_error()) unless status is CHORD_SUCCESS.
+inline void check(chord_status_t status) {
+  if (status != CHORD_SUCCESS) throw Error(status, chord_last_error());
+}
 
- private:
-  chord_status_t status_;
-};
+// A zeroed args struct with its struct_size set.
+template <class T>
+T args() {
+  T t{};
+  t.struct_size = sizeof(T);
+  return t;
+}
 
 struct Version {
   int major, minor, patch;
 };
-CHORD_API Version version() noexcept;
+inline Version version() noexcept {
+  Version v{};
+  chord_get_version(&v.major, &v.minor, &v.patch);
+  return v;
+}
 
-struct RuntimeInfo {
-  bool driver_available = false;
-  int driver_version = 0;
-  int device_count = 0;
-  int nvrtc_major = 0, nvrtc_minor = 0;
-  bool cache_memory_only = false;
-  std::string cache_dir;
-  uint64_t kernels_compiled = 0, disk_hits = 0, kernels_loaded = 0;
-};
-CHORD_API RuntimeInfo runtime_info();
+inline chord_runtime_info_t runtime_info() {
+  auto info = args<chord_runtime_info_t>();
+  check(chord_get_runtime_info(&info));
+  return info;
+}
 
-struct PrewarmSummary {
-  int compiled = 0, cached = 0, failed = 0;
-  double median_compile_ms = 0, max_compile_ms = 0;
-};
 // Compiles every kernel that `deployment` of `model` (preset name or config.json path) dispatches.
-CHORD_API PrewarmSummary prewarm_model(std::string_view model, std::string_view deployment,
-                                       std::string_view arch = "sm_90a");
+inline chord_prewarm_summary_t prewarm_model(const std::string& model, const std::string& deployment,
+                                             const std::string& arch = "sm_90a") {
+  auto summary = args<chord_prewarm_summary_t>();
+  check(chord_prewarm_model(model.c_str(), deployment.c_str(), arch.c_str(), &summary));
+  return summary;
+}
 
 // ---- MoE glue -------------------------------------------------------------------------------------
 
-CHORD_API int64_t moe_align_sorted_capacity(int64_t num_tokens, int32_t top_k, int32_t num_experts, int32_t block_size);
-
-struct MoeAlignArgs {
-  const int32_t* topk_ids = nullptr;  // [num_tokens, top_k]
-  int64_t num_tokens = 0;
-  int32_t top_k = 0;
-  int32_t num_experts = 0;
-  int32_t block_size = 0;
-  const int32_t* expert_map = nullptr;  // optional [num_experts], -1 = not local
-  int32_t* sorted_token_ids = nullptr;
-  int64_t sorted_token_ids_capacity = 0;
-  int32_t* expert_ids = nullptr;
-  int64_t expert_ids_capacity = 0;
-  int32_t* num_tokens_post_padded = nullptr;  // [1]
-};
-CHORD_API void moe_align(const MoeAlignArgs& args, CUstream stream);
-
-struct SiluAndMulArgs {
-  const void* input = nullptr;  // [rows, 2*intermediate] BF16
-  void* output = nullptr;       // [rows, intermediate] BF16
-  int64_t rows = 0;
-  int64_t intermediate = 0;
-};
-CHORD_API void silu_and_mul(const SiluAndMulArgs& args, CUstream stream);
-
-struct MoeCombineArgs {
-  const void* expert_rows = nullptr;    // [num_tokens*top_k, hidden] BF16
-  const float* topk_weights = nullptr;  // [num_tokens, top_k]
-  void* output = nullptr;               // [num_tokens, hidden] BF16
-  int64_t num_tokens = 0;
-  int32_t top_k = 0;
-  int64_t hidden = 0;
-  const int32_t* topk_ids = nullptr;  // optional EP filter, with expert_map
-  const int32_t* expert_map = nullptr;
-  int32_t num_experts = 0;
-};
-CHORD_API void moe_combine(const MoeCombineArgs& args, CUstream stream);
+inline int64_t moe_align_sorted_capacity(int64_t num_tokens, int32_t top_k, int32_t num_experts, int32_t block_size) {
+  return chord_moe_align_sorted_capacity(num_tokens, top_k, num_experts, block_size);
+}
+inline void moe_align(const chord_moe_align_args_t& a, CUstream stream) { check(chord_moe_align(&a, stream)); }
+inline void silu_and_mul(const chord_silu_and_mul_args_t& a, CUstream stream) {
+  check(chord_silu_and_mul(&a, stream));
+}
+inline void moe_combine(const chord_moe_combine_args_t& a, CUstream stream) { check(chord_moe_combine(&a, stream)); }
 
 // ---- Warp decode MoE ------------------------------------------------------------------------------
 

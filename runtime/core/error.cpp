@@ -1,4 +1,4 @@
-#include "runtime/error.hpp"
+#include "runtime/core/error.hpp"
 
 namespace chordrt {
 namespace {

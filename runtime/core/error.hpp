@@ -1,12 +1,11 @@
-// Internal error helpers: everything inside chordrt throws chordrt::Error with a precise message; the
-// C ABI turns it into a status plus the thread's last-error string.
+// Errors inside chordrt: throw chordrt::Error with a precise message; the C ABI turns it into a status
+// plus the thread's last-error string.
 #pragma once
 
+#include <chordrt/error.hpp>
 #include <fmt/format.h>
 
 #include <string>
-
-#include "chordrt/chordrt.hpp"
 
 namespace chordrt {
 

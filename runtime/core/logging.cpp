@@ -1,4 +1,4 @@
-#include "runtime/logging.hpp"
+#include "runtime/core/logging.hpp"
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 

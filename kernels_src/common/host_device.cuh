@@ -1,0 +1,22 @@
+// What a family's params.cuh may use, so that it compiles both under NVRTC (device code) and as plain
+// C++ in the host library: fixed-width integers in namespace chord and CHORD_HD for constexpr functions
+// both sides call. No device code here.
+#pragma once
+
+#if defined(__CUDACC_RTC__) || defined(__CUDACC__)
+#include "common/types.cuh"
+#define CHORD_HD __host__ __device__
+#else
+#include <cstdint>
+namespace chord {
+using std::int16_t;
+using std::int32_t;
+using std::int64_t;
+using std::int8_t;
+using std::uint16_t;
+using std::uint32_t;
+using std::uint64_t;
+using std::uint8_t;
+}  // namespace chord
+#define CHORD_HD
+#endif

@@ -1,0 +1,34 @@
+// The list of kernel families: the one place above the families that names them all.
+#include "runtime/kernel_registry.hpp"
+#include "runtime/ops/dsa_indexer.hpp"
+#include "runtime/ops/glue.hpp"
+#include "runtime/ops/grouped.hpp"
+#include "runtime/ops/indexed.hpp"
+#include "runtime/ops/mla_cache.hpp"
+#include "runtime/ops/sparse_mla.hpp"
+#include "runtime/ops/warp_decode.hpp"
+
+namespace chordrt {
+
+std::span<const KernelFamily* const> kernel_families() {
+  static const KernelFamily* const kFamilies[] = {
+      &ops::MoeAlignFamily::family(),  &ops::SiluAndMulFamily::family(), &ops::MoeCombineFamily::family(),
+      &ops::kWarpDecodeGateUpFamily,   &ops::kWarpDecodeDownFamily,      &ops::kGroupedPackFamily,
+      &ops::kGroupedGemmFamily,        &ops::kIndexedPackFamily,         &ops::kIndexedPrefillFamily,
+      &ops::kIndexedDecodeFamily,      &ops::kSparseMlaDecodeFamily,     &ops::kSparseMlaCombineFamily,
+      &ops::kMlaCacheWriteFamily,      &ops::kDsaKeyCacheWriteFamily,    &ops::kDsaIndexerLogitsFamily,
+      &ops::kDsaTopkFamily};
+  return kFamilies;
+}
+
+}  // namespace chordrt
+
+namespace chordrt {
+
+std::span<const FamilyPlanner> family_planners() {
+  static const FamilyPlanner kPlanners[] = {&ops::plan_glue,    &ops::plan_warp_decode, &ops::plan_indexed,
+                                            &ops::plan_grouped, &ops::plan_sparse_mla,  &ops::plan_dsa_indexer};
+  return kPlanners;
+}
+
+}  // namespace chordrt
