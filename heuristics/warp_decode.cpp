@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "heuristics/config_override.hpp"
+#include "kernels_src/warp_decode/params.cuh"
 
 namespace chordrt::heuristics {
 
@@ -18,7 +19,7 @@ struct Split {
 // stages would spread the per-stage overhead, but the activations of the next stage sit in registers
 // (4 per group and column tile, twice): 8 groups took the INT4 kernels to 160+ registers.
 Split split_groups(WeightFormat f, int groups, int max_parts) {
-  const int choices[] = {4, warp_decode_min_stage_groups(f)};
+  const int choices[] = {4, chord::warp_decode::min_stage_groups(static_cast<int>(f))};
   for (int sg : choices) {
     for (int parts = max_parts; parts >= 1; parts /= 2) {
       if (groups % parts == 0 && (groups / parts) % sg == 0) return {parts, sg};
@@ -30,7 +31,7 @@ Split split_groups(WeightFormat f, int groups, int max_parts) {
 // Ring depth: as many stages (2..4) as keep the CTA's rings within `budget` bytes.
 int ring_stages(WeightFormat f, int warps, int stage_groups, int row_tiles, int budget) {
   if (stage_groups == 0) return 2;
-  const int per_stage = warps * warp_decode_stage_bytes(f, stage_groups, row_tiles);
+  const int per_stage = warps * chord::warp_decode::stage_bytes(static_cast<int>(f), stage_groups, row_tiles).bytes;
   return std::clamp(budget / per_stage, 2, 4);
 }
 
@@ -97,25 +98,6 @@ WarpDecodeDownConfig select_warp_decode_down(const WarpDecodeShape& s, int64_t t
           ring_stages(s.format, kWarps, split.stage_groups, rt, 48 << 10)};
 }
 
-int warp_decode_min_stage_groups(WeightFormat f) { return f == WeightFormat::kInt4Group32 ? 2 : 4; }
-
-int warp_decode_stage_bytes(WeightFormat f, int stage_groups, int row_tiles) {
-  const bool int4 = f == WeightFormat::kInt4Group32;
-  const int group_bytes = int4 ? 16 : 32, scale_bytes = int4 ? 2 : 1, row_pad = int4 ? 16 : 32;
-  const int rows = 16 * row_tiles;
-  const int bytes = rows * (stage_groups * group_bytes + row_pad) + rows * stage_groups * scale_bytes;
-  return (bytes + 15) / 16 * 16;
-}
-
-int warp_decode_gate_up_dynamic_smem(WeightFormat f, const WarpDecodeGateUpConfig& c) {
-  return c.k_split * c.stages * warp_decode_stage_bytes(f, c.stage_groups, c.row_tiles);
-}
-
-int warp_decode_down_dynamic_smem(WeightFormat f, const WarpDecodeDownConfig& c) {
-  return c.warps * c.max_tokens * 16 * c.row_tiles * 4 +
-         c.warps * c.stages * warp_decode_stage_bytes(f, c.stage_groups, c.row_tiles);
-}
-
 std::string apply_warp_decode_override(std::string_view spec, WarpDecodeGateUpConfig& g, WarpDecodeDownConfig& d) {
   // Keys name the kernel too; say so when an item lacks it.
   for (std::string_view rest = spec; !rest.empty();) {
@@ -141,8 +123,8 @@ std::string apply_warp_decode_override(std::string_view spec, WarpDecodeGateUpCo
 }
 
 std::vector<int64_t> warp_decode_prewarm_tokens() {
-  std::vector<int64_t> tokens(kWarpDecodeMaxTokens);
-  for (int64_t m = 1; m <= kWarpDecodeMaxTokens; ++m) tokens[m - 1] = m;
+  std::vector<int64_t> tokens(chord::warp_decode::kMaxTokens);
+  for (int64_t m = 1; m <= chord::warp_decode::kMaxTokens; ++m) tokens[m - 1] = m;
   return tokens;
 }
 

@@ -23,9 +23,6 @@ struct WarpDecodeShape {
   bool has_map = false;
 };
 
-inline constexpr int kWarpDecodeMaxTokens = 128;
-inline constexpr int kWarpDecodeMaxTopK = 32;
-inline constexpr int kWarpDecodeMaxExperts = 1024;
 
 // Token capacity the kernels are specialized for: the power of two >= tokens, at least 8.
 int warp_decode_token_bucket(int64_t tokens);
@@ -58,20 +55,14 @@ WarpDecodeGateUpConfig select_warp_decode_gate_up(const WarpDecodeShape& s, int6
 // Down: a CTA per 16 output rows, 8 warps; K chunks so that (expected active experts x chunks) gives
 // every warp an item; rings within 48 KB.
 WarpDecodeDownConfig select_warp_decode_down(const WarpDecodeShape& s, int64_t tokens, const DeviceFacts& facts = {});
-// Groups of 32 per stage the format needs to divide K/32 (INT4 2, MXFP8 4: a stage's scales of one row
-// are copied as one 4..16-byte piece).
-int warp_decode_min_stage_groups(WeightFormat f);
-// One stage of a warp's ring, as kernels_src/warp_decode/warp_stream.cuh lays it out.
-int warp_decode_stage_bytes(WeightFormat f, int stage_groups, int row_tiles = 1);
-int warp_decode_gate_up_dynamic_smem(WeightFormat f, const WarpDecodeGateUpConfig& c);
-// Per-warp accumulators ([warps][max_tokens][16 * row_tiles] FP32) then the rings.
-int warp_decode_down_dynamic_smem(WeightFormat f, const WarpDecodeDownConfig& c);
+// Stage and shared-memory sizes: kernels_src/warp_decode/params.cuh (stage_bytes, gate_up_dynamic_smem,
+// down_dynamic_smem, min_stage_groups), the kernels' own layout.
 // Applies "kernel.field=value,..." (kernel: gate_up or down; fields: k_split, n_tiles, stage_groups,
 // stages, warps, k_chunks) to the configs, for experiments. Returns an error message for an unknown key
 // or a malformed pair ("" on success); the kernel family still validates the result.
 std::string apply_warp_decode_override(std::string_view spec, WarpDecodeGateUpConfig& gate_up,
                                        WarpDecodeDownConfig& down);
-// Every token count the path serves (1..kWarpDecodeMaxTokens): a prewarm compiles their distinct configs.
+// Every token count the path serves (1..chord::warp_decode::kMaxTokens): a prewarm compiles their distinct configs.
 std::vector<int64_t> warp_decode_prewarm_tokens();
 
 }  // namespace chordrt::heuristics

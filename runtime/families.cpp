@@ -13,7 +13,7 @@ namespace chordrt {
 std::span<const KernelFamily* const> kernel_families() {
   static const KernelFamily* const kFamilies[] = {
       &ops::MoeAlignFamily::family(),  &ops::SiluAndMulFamily::family(), &ops::MoeCombineFamily::family(),
-      &ops::kWarpDecodeGateUpFamily,   &ops::kWarpDecodeDownFamily,      &ops::kGroupedPackFamily,
+      &ops::WarpDecodeGateUpFamily::family(), &ops::WarpDecodeDownFamily::family(), &ops::kGroupedPackFamily,
       &ops::kGroupedGemmFamily,        &ops::kIndexedPackFamily,         &ops::kIndexedPrefillFamily,
       &ops::kIndexedDecodeFamily,      &ops::kSparseMlaDecodeFamily,     &ops::kSparseMlaCombineFamily,
       &ops::kMlaCacheWriteFamily,      &ops::kDsaKeyCacheWriteFamily,    &ops::kDsaIndexerLogitsFamily,

@@ -213,10 +213,9 @@ TEST_CASE("plan_descriptors for a tensor-parallel deployment", "[plan]") {
       chordrt::heuristics::WeightFormat::kInt4Group32, 7168, 256, 384, 384, 8, false};
   for (int64_t tokens = 1; tokens <= 128; ++tokens) {
     INFO("tokens " << tokens);
-    const auto g = chordrt::ops::warp_decode_gate_up_descriptor(
-        kHopper, wd, chordrt::heuristics::select_warp_decode_gate_up(wd, tokens));
-    const auto d = chordrt::ops::warp_decode_down_descriptor(kHopper, wd,
-                                                             chordrt::heuristics::select_warp_decode_down(wd, tokens));
+    const auto keys = chordrt::ops::warp_decode_keys(wd, tokens, kHopperFacts);
+    const auto g = chordrt::ops::WarpDecodeGateUpFamily::descriptor(kHopper, keys.gate_up);
+    const auto d = chordrt::ops::WarpDecodeDownFamily::descriptor(kHopper, keys.down);
     CHECK(std::find(gate_up.begin(), gate_up.end(), g) != gate_up.end());
     CHECK(std::find(down.begin(), down.end(), d) != down.end());
   }

@@ -69,7 +69,7 @@ TEST_CASE("warp decode token buckets and expected active experts", "[warp_decode
 TEST_CASE("warp decode configs divide the work exactly", "[warp_decode]") {
   using namespace chordrt::heuristics;
   for (const WarpDecodeShape& s : {kKimiTp8, kKimiEp8, kQwen, kExtreme}) {
-    for (int64_t m = 1; m <= kWarpDecodeMaxTokens; ++m) {
+    for (int64_t m = 1; m <= chord::warp_decode::kMaxTokens; ++m) {
       INFO("hidden " << s.hidden << " inter " << s.intermediate << " tokens " << m);
       const auto g = select_warp_decode_gate_up(s, m);
       const auto d = select_warp_decode_down(s, m);
@@ -80,11 +80,12 @@ TEST_CASE("warp decode configs divide the work exactly", "[warp_decode]") {
       CHECK((s.hidden / 32) % (g.k_split * g.stage_groups) == 0);
       CHECK((s.intermediate / 32) % (d.k_chunks * d.stage_groups) == 0);
       CHECK((g.stages >= 2 && g.stages <= 4 && d.stages >= 2 && d.stages <= 4));
-      CHECK(warp_decode_gate_up_dynamic_smem(s.format, g) <= DeviceFacts{}.max_smem_per_block_optin);
-      CHECK(warp_decode_down_dynamic_smem(s.format, d) <= DeviceFacts{}.max_smem_per_block_optin);
-      // Every config is a descriptor the family accepts.
-      const auto gd = chordrt::ops::warp_decode_gate_up_descriptor(kHopper, s, g);
-      const auto dd = chordrt::ops::warp_decode_down_descriptor(kHopper, s, d);
+      // Every config is a descriptor the family accepts, within the device's shared memory.
+      const auto keys = chordrt::ops::warp_decode_keys_of(s, g, d);
+      const auto gd = chordrt::ops::WarpDecodeGateUpFamily::descriptor(kHopper, keys.gate_up);
+      const auto dd = chordrt::ops::WarpDecodeDownFamily::descriptor(kHopper, keys.down);
+      CHECK(chordrt::family_of(gd).program(gd).dynamic_smem <= 227u * 1024);
+      CHECK(chordrt::family_of(dd).program(dd).dynamic_smem <= 227u * 1024);
       CHECK_NOTHROW(chordrt::family_of(gd).program(gd));
       CHECK_NOTHROW(chordrt::family_of(dd).program(dd));
     }
@@ -118,14 +119,18 @@ TEST_CASE("warp decode rejects shapes its stages cannot cover", "[warp_decode]")
   // MXFP8 moves a stage's scales of a row as one 4-byte piece: K/32 must be a multiple of 4.
   const WarpDecodeShape odd{WeightFormat::kMxfp8, 2048, 192, 16, 16, 2, false};
   CHECK(select_warp_decode_down(odd, 4).stage_groups == 0);
-  CHECK(warp_decode_min_stage_groups(WeightFormat::kMxfp8) == 4);
-  CHECK(warp_decode_min_stage_groups(WeightFormat::kInt4Group32) == 2);
+  CHECK(chord::warp_decode::min_stage_groups(chord::warp_decode::kMxfp8) == 4);
+  CHECK(chord::warp_decode::min_stage_groups(chord::warp_decode::kInt4Group32) == 2);
   // INT4 serves K = 192 (6 groups, stages of 2).
   const WarpDecodeShape int4{WeightFormat::kInt4Group32, 2048, 192, 16, 16, 2, false};
   CHECK(select_warp_decode_down(int4, 4).stage_groups == 2);
   // Stage bytes as the kernel lays them out: 16 rows x (4 groups x 16 B + 16 B pad) + 16 x 8 B of scales.
-  CHECK(warp_decode_stage_bytes(WeightFormat::kInt4Group32, 4) == 16 * 80 + 128);
-  CHECK(warp_decode_stage_bytes(WeightFormat::kMxfp8, 4) == 16 * 160 + 64);
+  CHECK(chord::warp_decode::stage_bytes(chord::warp_decode::kInt4Group32, 4, 1).bytes == 16 * 80 + 128);
+  CHECK(chord::warp_decode::stage_bytes(chord::warp_decode::kMxfp8, 4, 1).bytes == 16 * 160 + 64);
+  // Two row tiles: 32 rows; the down kernel adds [warps][max_tokens][32] FP32 accumulators first.
+  CHECK(chord::warp_decode::stage_bytes(chord::warp_decode::kInt4Group32, 4, 2).bytes == 32 * 80 + 256);
+  CHECK(chord::warp_decode::down_dynamic_smem(chord::warp_decode::kInt4Group32, 8, 16, 4, 2, 3) ==
+        8 * 16 * 32 * 4 + 8 * 3 * (32 * 80 + 256));
 }
 
 TEST_CASE("chord_warp_decode_moe argument checks", "[warp_decode][capi]") {

@@ -94,11 +94,11 @@ __global__ void __launch_bounds__(32 * WARPS, (N_TILES * ROW_TILES == 1 ? 768 : 
   using Jobs = DownJobs<FORMAT, HIDDEN, INTER, EXPERTS, TOP_K, kCapacity, WARPS, K_CHUNKS, ROW_TILES, N_TILES, SG>;
   static_assert(INTER % 32 == 0 && (INTER / 32) % K_CHUNKS == 0 && (INTER / 32 / K_CHUNKS) % SG == 0, "bad K split");
   static_assert(HIDDEN % kRows == 0, "output rows come in blocks of 16 per row tile");
-  constexpr int kAccFloats = WARPS * MAX_TOKENS * kRows;
+  constexpr int kAccFloats = down_accumulator_floats(WARPS, MAX_TOKENS, ROW_TILES);
 
   __shared__ RouteTable<EXPERTS, kCapacity> table;
   extern __shared__ __align__(16) float acc_smem[];  // [WARPS][MAX_TOKENS][kRows], then WARPS rings
-  if (dynamic_smem_size() < kAccFloats * 4 + WARPS * STAGES * Layout::kBytes) __trap();
+  if (dynamic_smem_size() < down_dynamic_smem(FORMAT, WARPS, MAX_TOKENS, SG, ROW_TILES, STAGES)) __trap();
   for (int i = threadIdx.x; i < kAccFloats; i += 32 * WARPS) acc_smem[i] = 0.0f;
   build_route_table<EXPERTS, kCapacity, 32 * WARPS, HAS_MAP>(table, topk_ids, expert_map, num_global_experts,
                                                              num_tokens * TOP_K);

@@ -88,7 +88,7 @@ __global__ void __launch_bounds__(32 * K_SPLIT, (N_TILES * ROW_TILES == 1 ? 768 
   __shared__ RouteTable<EXPERTS, MAX_TOKENS * TOP_K> table;
   __shared__ float partial[K_SPLIT * ROW_TILES * N_TILES * 4 * 32];
   extern __shared__ __align__(16) uint8_t ring[];  // K_SPLIT rings
-  if (dynamic_smem_size() < K_SPLIT * STAGES * Layout::kBytes) __trap();
+  if (dynamic_smem_size() < gate_up_dynamic_smem(FORMAT, K_SPLIT, SG, ROW_TILES, STAGES)) __trap();
   build_route_table<EXPERTS, MAX_TOKENS * TOP_K, 32 * K_SPLIT, HAS_MAP>(table, topk_ids, expert_map, num_global_experts,
                                                                         num_tokens * TOP_K);
   if (static_cast<int>(blockIdx.y) >= table.num_active) return;

@@ -39,16 +39,15 @@ struct StreamJob {
   int stages;   // SG groups each
 };
 
-// Bytes of one stage (weights then scales) and of a warp's ring; the host computes the same numbers
-// (heuristics/warp_decode.cpp, warp_decode_stage_bytes).
+// Bytes of one stage (weights then scales): warp_decode/params.cuh, which the host uses too.
 template <int FORMAT, int SG, int ROW_TILES>
 struct StageLayout {
-  using F = WeightFormat<FORMAT>;
-  static constexpr int kRows = 16 * ROW_TILES;
-  static constexpr int kRowPitch = SG * F::kGroupBytes + F::kRowPad;
-  static constexpr int kScaleRow = SG * F::kScaleBytes;
-  static constexpr int kScalesOffset = kRows * kRowPitch;
-  static constexpr int kBytes = (kScalesOffset + kRows * kScaleRow + 15) / 16 * 16;
+  static constexpr StageBytes kStage = stage_bytes(FORMAT, SG, ROW_TILES);
+  static constexpr int kRows = kStage.rows;
+  static constexpr int kRowPitch = kStage.row_pitch;
+  static constexpr int kScaleRow = kStage.scale_row;
+  static constexpr int kScalesOffset = kStage.scales_offset;
+  static constexpr int kBytes = kStage.bytes;
   static_assert(SG % 2 == 0 && kScaleRow >= 4 && kScaleRow <= 16, "stage: even group count, 4-16 scale bytes a row");
 };
 

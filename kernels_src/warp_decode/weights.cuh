@@ -10,10 +10,9 @@
 #pragma once
 
 #include "common/mma.cuh"
+#include "warp_decode/params.cuh"
 
 namespace chord::warp_decode {
-
-enum : int { kInt4Group32 = 0, kMxfp8 = 1 };
 
 template <int FORMAT>
 struct WeightFormat;
@@ -25,10 +24,11 @@ struct WeightFormat<kInt4Group32> {
   using Raw = uint32_t;
   static constexpr long long row_bytes(long long k) { return k / 2; }
   static constexpr long long scale_row_bytes(long long k) { return k / 32 * 2; }
-  static constexpr int kGroupBytes = 16, kScaleBytes = 2;
+  static constexpr int kGroupBytes = format_bytes(kInt4Group32).group;
+  static constexpr int kScaleBytes = format_bytes(kInt4Group32).scale;
   // Shared-memory row pitch pad: pitch / 4 = 4 * groups + 4 words is 4 mod 8, so the 8 rows x 4 words
   // one LDS.32 reads land in 32 different banks (for an even number of groups per stage).
-  static constexpr int kRowPad = 16;
+  static constexpr int kRowPad = format_bytes(kInt4Group32).row_pad;
   // A holds 128 + q (0x4300 | q, one lop3 per pair, exact); the accumulator of each group starts at
   // -136 * sum(x) from one MMA of a constant A, which leaves sum((q - 8) x). That drops the per-pair
   // subtraction (8 of ~30 instructions per group) for 2 MMAs shared by all rows; the cancellation costs
@@ -65,10 +65,11 @@ struct WeightFormat<kMxfp8> {
   using Raw = uint2;
   static constexpr long long row_bytes(long long k) { return k; }
   static constexpr long long scale_row_bytes(long long k) { return k / 32; }
-  static constexpr int kGroupBytes = 32, kScaleBytes = 1;
+  static constexpr int kGroupBytes = format_bytes(kMxfp8).group;
+  static constexpr int kScaleBytes = format_bytes(kMxfp8).scale;
   // Pitch = 32 * (groups + 1) bytes is 32 or 96 mod 128 for an even number of groups per stage, so the
   // 16 lanes of each half-warp LDS.64 (4 rows x 4 chunks) hit distinct banks.
-  static constexpr int kRowPad = 32;
+  static constexpr int kRowPad = format_bytes(kMxfp8).row_pad;
   static constexpr bool kOffset = false;
   static constexpr uint32_t kOffsetA = 0;
   __device__ static Raw load(const uint8_t* row, int group, int t) {

@@ -176,12 +176,14 @@ typedef struct chord_warp_decode_moe_args {
   const void* w13_scale;
   const void* w2; /* [E, H, I] */
   const void* w2_scale;
-  const int32_t* expert_map;  /* optional [num_global_experts]: global id -> local id, -1 = elsewhere */
-  int32_t num_global_experts; /* with expert_map: how many ids topk_ids may hold */
-  void* workspace;            /* >= chord_warp_decode_moe_workspace_size() bytes, 16-byte aligned */
+  void* workspace; /* >= chord_warp_decode_moe_workspace_size() bytes, 16-byte aligned */
   size_t workspace_bytes;
   void* output; /* [M, H] BF16: sum_j w[t, j] * down_e(silu(gate_e x) * up_e x) over local experts */
+  /* Optional expert parallelism (may be left out of a smaller struct): */
+  const int32_t* expert_map;  /* [num_global_experts]: global id -> local id, -1 = elsewhere */
+  int32_t num_global_experts; /* with expert_map: how many ids topk_ids may hold */
 } chord_warp_decode_moe_args_t;
+#define CHORD_WARP_DECODE_MOE_ARGS_MIN_SIZE CHORD_ARGS_SIZE_UNTIL(chord_warp_decode_moe_args_t, output)
 
 /* A whole MoE expert block for a decode batch in two kernels: gate/up (each weight row read once for all
  * routes of its expert, SiLU(gate)*up written once per route) and down (each token's top-k contributions

@@ -62,30 +62,12 @@ inline void moe_combine(const chord_moe_combine_args_t& a, CUstream stream) { ch
 
 // ---- Warp decode MoE ------------------------------------------------------------------------------
 
-CHORD_API size_t warp_decode_moe_workspace_size(int64_t num_tokens, int32_t top_k, int32_t intermediate);
-
-// Fields as in chord_warp_decode_moe_args_t.
-struct WarpDecodeMoeArgs {
-  chord_weight_format_t format = CHORD_WEIGHT_INT4_GROUP32;
-  int64_t num_tokens = 0;
-  int32_t hidden = 0;
-  int32_t intermediate = 0;
-  int32_t num_experts = 0;
-  int32_t top_k = 0;
-  const void* x = nullptr;
-  const int32_t* topk_ids = nullptr;
-  const float* topk_weights = nullptr;
-  const void* w13 = nullptr;
-  const void* w13_scale = nullptr;
-  const void* w2 = nullptr;
-  const void* w2_scale = nullptr;
-  const int32_t* expert_map = nullptr;
-  int32_t num_global_experts = 0;
-  void* workspace = nullptr;
-  size_t workspace_bytes = 0;
-  void* output = nullptr;
-};
-CHORD_API void warp_decode_moe(const WarpDecodeMoeArgs& args, CUstream stream);
+inline size_t warp_decode_moe_workspace_size(int64_t num_tokens, int32_t top_k, int32_t intermediate) {
+  return chord_warp_decode_moe_workspace_size(num_tokens, top_k, intermediate);
+}
+inline void warp_decode_moe(const chord_warp_decode_moe_args_t& a, CUstream stream) {
+  check(chord_warp_decode_moe(&a, stream));
+}
 
 // ---- W4A16 grouped MoE GEMMs ------------------------------------------------------------------------
 // As the chord_grouped_* functions (same structs); errors are thrown as chordrt::Error.

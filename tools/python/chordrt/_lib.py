@@ -40,12 +40,13 @@ class WarpDecodeMoeArgs(SizedStruct):
         ("w13_scale", ctypes.c_void_p),
         ("w2", ctypes.c_void_p),
         ("w2_scale", ctypes.c_void_p),
-        ("expert_map", ctypes.c_void_p),
-        ("num_global_experts", ctypes.c_int32),
         ("workspace", ctypes.c_void_p),
         ("workspace_bytes", ctypes.c_size_t),
         ("output", ctypes.c_void_p),
+        ("expert_map", ctypes.c_void_p),
+        ("num_global_experts", ctypes.c_int32),
     ]
+    _min_field_ = "output"
 
 
 class GroupedMode(enum.IntEnum):

@@ -1,0 +1,59 @@
+// The warp-decode kernels' contract (gate_up.cuh, down.cuh): template ranges, the weight formats' byte
+// sizes, one warp's shared-memory stage and both kernels' dynamic shared memory. Shared by the kernels,
+// heuristics/warp_decode and runtime/ops/warp_decode.
+#pragma once
+
+#include "common/host_device.cuh"
+
+namespace chord::warp_decode {
+
+enum : int { kInt4Group32 = 0, kMxfp8 = 1 };
+
+constexpr int kMaxTokens = 128;  // the largest token bucket (route table capacity = bucket * top_k)
+constexpr int kMaxTopK = 32;
+constexpr int kMaxExperts = 1024;
+constexpr int kMaxStageGroups = 8;  // a row's scales of one stage move as one <= 16-byte piece
+constexpr int kMinStages = 2, kMaxStages = 8;
+constexpr int kMaxNTiles = 4;
+
+// Bytes per group of 32 K values, of its scale, and the staged row's pad (bank spread: weights.cuh).
+struct FormatBytes {
+  int group, scale, row_pad;
+};
+CHORD_HD constexpr FormatBytes format_bytes(int format) {
+  return format == kInt4Group32 ? FormatBytes{16, 2, 16} : FormatBytes{32, 1, 32};
+}
+// Groups per stage a format needs (INT4 2, MXFP8 4: a stage's scales of one row are copied as one
+// 4..16-byte piece).
+CHORD_HD constexpr int min_stage_groups(int format) { return format == kInt4Group32 ? 2 : 4; }
+
+// One stage of a warp's ring: 16 * row_tiles rows of sg groups (weights, each row padded), then the
+// rows' scales; 16-byte aligned.
+struct StageBytes {
+  int rows, row_pitch, scale_row, scales_offset, bytes;
+};
+CHORD_HD constexpr StageBytes stage_bytes(int format, int sg, int row_tiles) {
+  const FormatBytes f = format_bytes(format);
+  StageBytes s{};
+  s.rows = 16 * row_tiles;
+  s.row_pitch = sg * f.group + f.row_pad;
+  s.scale_row = sg * f.scale;
+  s.scales_offset = s.rows * s.row_pitch;
+  s.bytes = (s.scales_offset + s.rows * s.scale_row + 15) / 16 * 16;
+  return s;
+}
+
+// gate_up: k_split rings of `stages` stages.
+CHORD_HD constexpr int gate_up_dynamic_smem(int format, int k_split, int sg, int row_tiles, int stages) {
+  return k_split * stages * stage_bytes(format, sg, row_tiles).bytes;
+}
+// down: per-warp FP32 accumulators [warps][max_tokens][16 * row_tiles], then the warps' rings.
+CHORD_HD constexpr int down_accumulator_floats(int warps, int max_tokens, int row_tiles) {
+  return warps * max_tokens * 16 * row_tiles;
+}
+CHORD_HD constexpr int down_dynamic_smem(int format, int warps, int max_tokens, int sg, int row_tiles, int stages) {
+  return down_accumulator_floats(warps, max_tokens, row_tiles) * 4 +
+         warps * stages * stage_bytes(format, sg, row_tiles).bytes;
+}
+
+}  // namespace chord::warp_decode
