@@ -7,6 +7,9 @@
 #   to the indexed bench, CHORD_MLA_BENCH_ARGS to the sparse MLA bench, CHORD_DSA_BENCH_ARGS to
 #   the DSA indexer bench, CHORD_PYTEST_ARGS replaces the pytest
 #   selection (tests/python).
+# The benchmarks run in strict mode (CHORD_JIT_STRICT=1) after every preset deployment
+# (tools/preset_deployments.txt) was prewarmed: a kernel dispatch asks for that the plans lack is an error
+# and is recorded in OUTDIR/strict_misses.jsonl; the strict_misses step fails unless that file is empty.
 set -uo pipefail
 out=${1:?usage: tools/gpu_run.sh OUTDIR}
 mkdir -p "$out"
@@ -32,6 +35,15 @@ step gpu_tests "$build/tests/chordrt_tests" "[gpu]" --reporter compact --duratio
 step cpu_tests "$build/tests/chordrt_tests" "~[gpu]" --reporter compact
 step pytest env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" CHORD_JIT="$PWD/$build/chord-jit" \
   PYTHONPATH="$PWD/tools/python" python3 -m pytest -q ${CHORD_PYTEST_ARGS:-tests/python} -rs
+prewarm_presets() {
+  grep -v '^#' tools/preset_deployments.txt | while read -r model dep; do
+    [ -n "$model" ] || continue
+    "$build/chord-jit" prewarm --model "$model" --deployment "$dep" --arch sm_90a || return 1
+  done
+}
+step prewarm_all prewarm_presets
+: >"$out/strict_misses.jsonl"
+export CHORD_JIT_STRICT=1 CHORD_RECORD_MISSES="$out/strict_misses.jsonl"
 step host_bench "$build/bench/chord_host_bench" --json "$out/host_bench.json"
 if [ -f bench/glue_bench.py ]; then
   step glue_bench env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPATH="$PWD/tools/python" \
@@ -47,6 +59,8 @@ step sparse_mla_bench env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPATH
   python3 bench/sparse_mla_bench.py --json "$out/sparse_mla_bench.json" ${CHORD_MLA_BENCH_ARGS:-}
 step dsa_bench env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPATH="$PWD/tools/python" \
   python3 bench/dsa_bench.py --json "$out/dsa_bench.json" ${CHORD_DSA_BENCH_ARGS:-}
+unset CHORD_JIT_STRICT CHORD_RECORD_MISSES
+step strict_misses bash -c "wc -l <'$out/strict_misses.jsonl'; head -n 20 '$out/strict_misses.jsonl'; ! test -s '$out/strict_misses.jsonl'"
 echo
 echo "== GPU: $(sed -n 2p "$out/gpu.txt")"
 cat "$out/summary.txt"

@@ -44,13 +44,19 @@ T read_args(const T* p, size_t min_size, const char* what) {
   return copy;
 }
 
-// Output structs (filled by the library): struct_size as for read_args; only that many bytes are written.
+// Output structs (filled by the library): struct_size as for read_args. A call checks it before doing
+// any work (check_out), so that a bad struct cannot cost a whole run; only that many bytes are written.
 template <typename T>
-void write_out(T* p, const T& value, size_t min_size, const char* what) {
+void check_out(const T* p, size_t min_size, const char* what) {
   if (p->struct_size < min_size || p->struct_size > sizeof(T)) {
     throw_error(CHORD_ERROR_INVALID_ARGUMENT, "{}: struct_size must be in [{}, {}], got {}", what, min_size, sizeof(T),
                 p->struct_size);
   }
+}
+
+template <typename T>
+void write_out(T* p, const T& value, size_t min_size, const char* what) {
+  check_out(p, min_size, what);
   const size_t size = p->struct_size;
   std::memcpy(static_cast<void*>(p), &value, size);
   p->struct_size = size;

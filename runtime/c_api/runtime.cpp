@@ -9,6 +9,7 @@
 #include "runtime/nvrtc_compiler.hpp"
 #include "runtime/prewarm.hpp"
 
+using chordrt::c_api::check_out;
 using chordrt::c_api::guarded;
 using chordrt::c_api::write_out;
 
@@ -90,6 +91,7 @@ CHORD_API chord_status_t chord_prewarm_model(const char* model, const char* depl
                            : !deployment ? "deployment"
                                          : "arch");
     }
+    if (summary) check_out(summary, CHORD_PREWARM_SUMMARY_MIN_SIZE, "chord_prewarm_model");
     const auto descriptors = chordrt::plan_descriptors(
         chordrt::resolve_model(model), chordrt::Deployment::parse(deployment),
         chordrt::heuristics::DeviceFacts::offline(chordrt::Arch::parse(arch)));

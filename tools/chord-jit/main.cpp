@@ -26,7 +26,10 @@ int main(int argc, char** argv) {
   auto* deployment = prewarm->add_option("--deployment", req.deployment, "tpN or epN, e.g. ep8");
   auto* descriptors = prewarm->add_option("--descriptors", req.descriptors_file, "JSON-lines file of descriptors");
   auto* misses = prewarm->add_option("--from", req.misses_file, "JSON-lines file written by CHORD_RECORD_MISSES");
-  prewarm->add_option("--arch", req.arch, "target architecture")->capture_default_str();
+  prewarm->add_option("--arch", req.arch,
+                      "target architecture; the plan uses its device facts (sm_90a: an H100/H200 SXM, 132 SMs, "
+                      "227 KB of shared memory per block)")
+      ->capture_default_str();
   prewarm->add_option("-j,--jobs", req.jobs, "parallel compile processes (default: one per core)")
       ->check(CLI::Range(1, 1024));
   model->needs(deployment);

@@ -20,21 +20,37 @@ first use. Failures raise ChordError (.status: Status, .message: chord_last_erro
 operations take torch tensors or raw integer device pointers with explicit sizes.
 """
 
-from ._api import (
-    GroupedPackedWeight,
-    abi_version,
-    grouped_contiguous,
-    grouped_masked,
-    grouped_pack,
-    grouped_weight_sizes,
+from ._core import (
+    ABI_VERSION,
+    ENV_LIBRARY,
+    FUNCTIONS,
+    STRUCTS,
+    ChordError,
+    LibraryNotFoundError,
+    Status,
+    last_error,
+    lib,
+    library_candidates,
+    library_path,
+    status_string,
+)
+from ._runtime import PrewarmSummary, RuntimeInfo, abi_version, prewarm_model, runtime_info, version
+from ._glue import (
+    MoeAlignArgs,
+    MoeCombineArgs,
+    SiluAndMulArgs,
     moe_align,
     moe_align_expert_ids_capacity,
     moe_align_sorted_capacity,
     moe_combine,
-    prewarm_model,
-    runtime_info,
     silu_and_mul,
-    version,
+)
+from ._api import (
+    GroupedPackedWeight,
+    grouped_contiguous,
+    grouped_masked,
+    grouped_pack,
+    grouped_weight_sizes,
     warp_decode_moe,
     warp_decode_moe_workspace_size,
 )
@@ -42,11 +58,6 @@ from ._dsa import dsa_indexer_logits, dsa_topk, indexer_cache_page_bytes, indexe
 from ._indexed import IndexedPackedWeight, indexed_block_m, indexed_gemm, indexed_pack, indexed_weight_sizes
 from ._mla import mla_cache_record_bytes, mla_cache_write, sparse_mla_decode, sparse_mla_decode_workspace_size
 from ._lib import (
-    ABI_VERSION,
-    ENV_LIBRARY,
-    FUNCTIONS,
-    STRUCTS,
-    ChordError,
     DsaIndexerArgs,
     DsaTopkArgs,
     GroupedMode,
@@ -58,22 +69,11 @@ from ._lib import (
     IndexedProfile,
     IndexedWeight,
     IndexerCacheWriteArgs,
-    LibraryNotFoundError,
     MlaCacheFormat,
     MlaCacheWriteArgs,
-    MoeAlignOptions,
-    MoeCombineOptions,
-    PrewarmSummary,
-    RuntimeInfo,
     SparseMlaDecodeArgs,
-    Status,
     WarpDecodeMoeArgs,
     WeightFormat,
-    last_error,
-    lib,
-    library_candidates,
-    library_path,
-    status_string,
 )
 
 __all__ = [
@@ -98,10 +98,11 @@ __all__ = [
     "LibraryNotFoundError",
     "MlaCacheFormat",
     "MlaCacheWriteArgs",
-    "MoeAlignOptions",
-    "MoeCombineOptions",
+    "MoeAlignArgs",
+    "MoeCombineArgs",
     "PrewarmSummary",
     "RuntimeInfo",
+    "SiluAndMulArgs",
     "SparseMlaDecodeArgs",
     "Status",
     "WarpDecodeMoeArgs",

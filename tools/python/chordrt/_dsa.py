@@ -15,8 +15,8 @@ from __future__ import annotations
 import ctypes
 from typing import Optional
 
-from ._api import _TorchCall, _address, _check_int, _invalid, _raw_stream, _size, _torch_module_of
-from ._lib import DsaIndexerArgs, DsaTopkArgs, IndexerCacheWriteArgs, check, lib
+from ._core import TorchCall, address, check, check_int, invalid, lib, raw_stream, size, torch_module_of
+from ._lib import DsaIndexerArgs, DsaTopkArgs, IndexerCacheWriteArgs
 
 __all__ = ["indexer_cache_page_bytes", "indexer_cache_write", "dsa_indexer_logits", "dsa_topk"]
 
@@ -25,21 +25,21 @@ HEAD_DIM = 128
 
 def indexer_cache_page_bytes(page_size: int) -> int:
     """chord_indexer_cache_page_bytes(): 132 * page_size, 0 outside [1, 1024]."""
-    return int(lib().chord_indexer_cache_page_bytes(_check_int(page_size, "indexer_cache_page_bytes", "page_size")))
+    return int(lib().chord_indexer_cache_page_bytes(check_int(page_size, "indexer_cache_page_bytes", "page_size")))
 
 
-def _cache_pages(call: _TorchCall, cache, page_size: int) -> int:
+def _cache_pages(call: TorchCall, cache, page_size: int) -> int:
     """The pages a torch cache holds (checked: CUDA, contiguous, a whole number of pages)."""
     torch, op = call.torch, call.op
     if not isinstance(cache, torch.Tensor):
-        raise _invalid(op, f"cache must be a torch.Tensor like the other arguments, got {type(cache).__name__}")
+        raise invalid(op, f"cache must be a torch.Tensor like the other arguments, got {type(cache).__name__}")
     call.tensor(cache, "cache", cache.dtype)
     page_bytes = indexer_cache_page_bytes(page_size)
     if page_bytes == 0:
-        raise _invalid(op, f"page_size must be in [1, 1024], got {page_size}")
+        raise invalid(op, f"page_size must be in [1, 1024], got {page_size}")
     nbytes = cache.numel() * cache.element_size()
     if nbytes % page_bytes != 0:
-        raise _invalid(op, f"cache holds {nbytes} bytes (shape {tuple(cache.shape)}, {cache.dtype}), not a whole "
+        raise invalid(op, f"cache holds {nbytes} bytes (shape {tuple(cache.shape)}, {cache.dtype}), not a whole "
                            f"number of {page_bytes}-byte pages (page_size {page_size})")
     return nbytes // page_bytes
 
@@ -52,25 +52,25 @@ def indexer_cache_write(k, slot_mapping, cache, page_size: int, stream=None, *, 
     torch: k bf16 [T, 128], slot_mapping int64 [T], cache any contiguous CUDA tensor of whole pages.
     Raw pointers: num_tokens and num_pages must be given."""
     op = "indexer_cache_write"
-    page_size = _check_int(page_size, op, "page_size")
-    torch = _torch_module_of(k, slot_mapping, cache)
+    page_size = check_int(page_size, op, "page_size")
+    torch = torch_module_of(k, slot_mapping, cache)
     if torch is None:
-        args = IndexerCacheWriteArgs(num_tokens=_size(num_tokens, op, "num_tokens"), k=_address(k, op, "k"),
-                                     slot_mapping=_address(slot_mapping, op, "slot_mapping"),
-                                     cache=_address(cache, op, "cache"), page_size=page_size,
-                                     num_pages=_size(num_pages, op, "num_pages"))
-        check(lib().chord_indexer_cache_write(ctypes.byref(args), _raw_stream(stream)))
+        args = IndexerCacheWriteArgs(num_tokens=size(num_tokens, op, "num_tokens"), k=address(k, op, "k"),
+                                     slot_mapping=address(slot_mapping, op, "slot_mapping"),
+                                     cache=address(cache, op, "cache"), page_size=page_size,
+                                     num_pages=size(num_pages, op, "num_pages"))
+        check(lib().chord_indexer_cache_write(ctypes.byref(args), raw_stream(stream)))
         return None
-    call = _TorchCall(torch, op, stream)
+    call = TorchCall(torch, op, stream)
     call.tensor(k, "k", torch.bfloat16, ndim=2)
     if k.shape[1] != HEAD_DIM:
-        raise _invalid(op, f"k must be [T, {HEAD_DIM}], got shape {tuple(k.shape)}")
+        raise invalid(op, f"k must be [T, {HEAD_DIM}], got shape {tuple(k.shape)}")
     rows = k.shape[0]
     call.tensor(slot_mapping, "slot_mapping", torch.int64, shape=(rows,))
     pages = _cache_pages(call, cache, page_size)
     for name, given, actual in (("num_tokens", num_tokens, rows), ("num_pages", num_pages, pages)):
         if given is not None and given != actual:
-            raise _invalid(op, f"{name}={given} disagrees with the tensors ({actual})")
+            raise invalid(op, f"{name}={given} disagrees with the tensors ({actual})")
     with call.guard():
         indexer_cache_write(k.data_ptr(), slot_mapping.data_ptr(), cache.data_ptr(), page_size, call.stream(),
                             num_tokens=rows, num_pages=pages)
@@ -93,44 +93,44 @@ def dsa_indexer_logits(q, weights, cache, block_table, context_lens, page_size: 
     [T, max_context] (allocated when not given, and returned).
     Raw pointers: num_heads, num_tokens, num_pages, max_pages_per_seq and max_context must be given."""
     op = "dsa_indexer_logits"
-    page_size = _check_int(page_size, op, "page_size")
-    torch = _torch_module_of(q, weights, cache, block_table, context_lens, logits)
+    page_size = check_int(page_size, op, "page_size")
+    torch = torch_module_of(q, weights, cache, block_table, context_lens, logits)
     if torch is None:
-        args = DsaIndexerArgs(num_heads=_size(num_heads, op, "num_heads"), num_tokens=_size(num_tokens, op, "num_tokens"),
-                              q=_address(q, op, "q"), weights=_address(weights, op, "weights"),
-                              cache=_address(cache, op, "cache"), page_size=page_size,
-                              num_pages=_size(num_pages, op, "num_pages"),
-                              block_table=_address(block_table, op, "block_table"),
-                              max_pages_per_seq=_size(max_pages_per_seq, op, "max_pages_per_seq"),
-                              context_lens=_address(context_lens, op, "context_lens"),
-                              max_context=_size(max_context, op, "max_context"), logits=_address(logits, op, "logits"))
-        check(lib().chord_dsa_indexer_logits(ctypes.byref(args), _raw_stream(stream)))
+        args = DsaIndexerArgs(num_heads=size(num_heads, op, "num_heads"), num_tokens=size(num_tokens, op, "num_tokens"),
+                              q=address(q, op, "q"), weights=address(weights, op, "weights"),
+                              cache=address(cache, op, "cache"), page_size=page_size,
+                              num_pages=size(num_pages, op, "num_pages"),
+                              block_table=address(block_table, op, "block_table"),
+                              max_pages_per_seq=size(max_pages_per_seq, op, "max_pages_per_seq"),
+                              context_lens=address(context_lens, op, "context_lens"),
+                              max_context=size(max_context, op, "max_context"), logits=address(logits, op, "logits"))
+        check(lib().chord_dsa_indexer_logits(ctypes.byref(args), raw_stream(stream)))
         return None
-    call = _TorchCall(torch, op, stream)
+    call = TorchCall(torch, op, stream)
     if not isinstance(q, torch.Tensor) or q.dtype not in _fp8_dtypes(torch):
-        raise _invalid(op, f"q must be a torch.float8_e4m3fn (or uint8) tensor, got "
+        raise invalid(op, f"q must be a torch.float8_e4m3fn (or uint8) tensor, got "
                            f"{q.dtype if isinstance(q, torch.Tensor) else type(q).__name__}")
     call.tensor(q, "q", q.dtype, ndim=3)
     rows, heads, dims = q.shape
     if dims != HEAD_DIM:
-        raise _invalid(op, f"q must be [T, H, {HEAD_DIM}], got shape {tuple(q.shape)}")
+        raise invalid(op, f"q must be [T, H, {HEAD_DIM}], got shape {tuple(q.shape)}")
     call.tensor(weights, "weights", torch.float32, shape=(rows, heads))
     call.tensor(block_table, "block_table", torch.int32, ndim=2)
     if block_table.shape[0] != rows:
-        raise _invalid(op, f"block_table must have T = {rows} rows, got shape {tuple(block_table.shape)}")
+        raise invalid(op, f"block_table must have T = {rows} rows, got shape {tuple(block_table.shape)}")
     call.tensor(context_lens, "context_lens", torch.int32, shape=(rows,))
     pages = _cache_pages(call, cache, page_size)
     table_pages = block_table.shape[1]
     if max_context is None:
         max_context = -(-table_pages * page_size // 4) * 4
-    max_context = _check_int(max_context, op, "max_context")
+    max_context = check_int(max_context, op, "max_context")
     if logits is None:
         logits = torch.empty((rows, max_context), dtype=torch.float32, device=call.device)
     call.tensor(logits, "logits", torch.float32, shape=(rows, max_context))
     for name, given, actual in (("num_heads", num_heads, heads), ("num_tokens", num_tokens, rows),
                                 ("num_pages", num_pages, pages), ("max_pages_per_seq", max_pages_per_seq, table_pages)):
         if given is not None and given != actual:
-            raise _invalid(op, f"{name}={given} disagrees with the tensors ({actual})")
+            raise invalid(op, f"{name}={given} disagrees with the tensors ({actual})")
     with call.guard():
         dsa_indexer_logits(q.data_ptr(), weights.data_ptr(), cache.data_ptr(), block_table.data_ptr(),
                            context_lens.data_ptr(), page_size, max_context, logits.data_ptr(), call.stream(),
@@ -149,21 +149,21 @@ def dsa_topk(logits, context_lens, topk: int = 2048, block_table=None, page_size
     [T, max_pages_per_seq] (with page_size); indices int32 [T, topk] (allocated when not given, and
     returned). Raw pointers: num_tokens, max_context (and max_pages_per_seq with a table) must be given."""
     op = "dsa_topk"
-    topk = _check_int(topk, op, "topk")
+    topk = check_int(topk, op, "topk")
     if block_table is not None and page_size is None:
-        raise _invalid(op, "page_size is required with a block_table")
-    page_size = 0 if page_size is None else _check_int(page_size, op, "page_size")
-    torch = _torch_module_of(logits, context_lens, block_table, indices)
+        raise invalid(op, "page_size is required with a block_table")
+    page_size = 0 if page_size is None else check_int(page_size, op, "page_size")
+    torch = torch_module_of(logits, context_lens, block_table, indices)
     if torch is None:
-        args = DsaTopkArgs(num_tokens=_size(num_tokens, op, "num_tokens"), topk=topk, logits=_address(logits, op, "logits"),
-                           max_context=_size(max_context, op, "max_context"),
-                           context_lens=_address(context_lens, op, "context_lens"),
-                           block_table=_address(block_table, op, "block_table"),
-                           max_pages_per_seq=_size(max_pages_per_seq, op, "max_pages_per_seq", required=False),
-                           page_size=page_size, indices=_address(indices, op, "indices"))
-        check(lib().chord_dsa_topk(ctypes.byref(args), _raw_stream(stream)))
+        args = DsaTopkArgs(num_tokens=size(num_tokens, op, "num_tokens"), topk=topk, logits=address(logits, op, "logits"),
+                           max_context=size(max_context, op, "max_context"),
+                           context_lens=address(context_lens, op, "context_lens"),
+                           block_table=address(block_table, op, "block_table"),
+                           max_pages_per_seq=size(max_pages_per_seq, op, "max_pages_per_seq", required=False),
+                           page_size=page_size, indices=address(indices, op, "indices"))
+        check(lib().chord_dsa_topk(ctypes.byref(args), raw_stream(stream)))
         return None
-    call = _TorchCall(torch, op, stream)
+    call = TorchCall(torch, op, stream)
     call.tensor(logits, "logits", torch.float32, ndim=2)
     rows, width = logits.shape
     call.tensor(context_lens, "context_lens", torch.int32, shape=(rows,))
@@ -171,7 +171,7 @@ def dsa_topk(logits, context_lens, topk: int = 2048, block_table=None, page_size
     if block_table is not None:
         call.tensor(block_table, "block_table", torch.int32, ndim=2)
         if block_table.shape[0] != rows:
-            raise _invalid(op, f"block_table must have T = {rows} rows, got shape {tuple(block_table.shape)}")
+            raise invalid(op, f"block_table must have T = {rows} rows, got shape {tuple(block_table.shape)}")
         table_pages = block_table.shape[1]
     if indices is None:
         indices = torch.empty((rows, topk), dtype=torch.int32, device=call.device)
@@ -179,7 +179,7 @@ def dsa_topk(logits, context_lens, topk: int = 2048, block_table=None, page_size
     for name, given, actual in (("num_tokens", num_tokens, rows), ("max_context", max_context, width),
                                 ("max_pages_per_seq", max_pages_per_seq, table_pages)):
         if given is not None and given != actual:
-            raise _invalid(op, f"{name}={given} disagrees with the tensors ({actual})")
+            raise invalid(op, f"{name}={given} disagrees with the tensors ({actual})")
     with call.guard():
         dsa_topk(logits.data_ptr(), context_lens.data_ptr(), topk,
                  block_table.data_ptr() if block_table is not None else None, page_size if block_table is not None

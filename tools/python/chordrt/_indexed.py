@@ -5,21 +5,9 @@ from __future__ import annotations
 import ctypes
 from typing import Optional, Tuple
 
-from ._api import (
-    _enum,
-    _PackedWeight,
-    _PackSpec,
-    _TorchCall,
-    _address,
-    _check_int,
-    _flag,
-    _invalid,
-    _pack_checkpoint,
-    _raw_stream,
-    _size,
-    _torch_module_of,
-)
-from ._lib import IndexedArgs, IndexedLayout, IndexedPackArgs, IndexedProfile, IndexedWeight, check, lib
+from ._api import _PackedWeight, _PackSpec, _pack_checkpoint  # TEMPORARY: the W4A16 helpers shared with grouped
+from ._core import TorchCall, address, check, check_int, enum_value, flag, invalid, lib, raw_stream, size, torch_module_of
+from ._lib import IndexedArgs, IndexedLayout, IndexedPackArgs, IndexedProfile, IndexedWeight
 
 __all__ = ["IndexedPackedWeight", "indexed_weight_sizes", "indexed_pack", "indexed_block_m", "indexed_gemm"]
 
@@ -38,10 +26,10 @@ class IndexedPackedWeight(_PackedWeight):
 def indexed_weight_sizes(layout, num_experts: int, n: int, k: int) -> Tuple[int, int]:
     """chord_indexed_weight_sizes(): (packed_bytes, scale_bytes) a weight packed for `layout` needs."""
     op = "indexed_weight_sizes"
-    layout = _enum(IndexedLayout, layout, "layout")
+    layout = enum_value(IndexedLayout, layout, "layout")
     packed_bytes, scale_bytes = ctypes.c_size_t(), ctypes.c_size_t()
-    check(lib().chord_indexed_weight_sizes(int(layout), _check_int(num_experts, op, "num_experts"),
-                                           _check_int(n, op, "n"), _check_int(k, op, "k"),
+    check(lib().chord_indexed_weight_sizes(int(layout), check_int(num_experts, op, "num_experts"),
+                                           check_int(n, op, "n"), check_int(k, op, "k"),
                                            ctypes.byref(packed_bytes), ctypes.byref(scale_bytes)))
     return int(packed_bytes.value), int(scale_bytes.value)
 
@@ -56,7 +44,7 @@ def indexed_pack(weight_packed, weight_scale, layout, stream=None, *, bits: int 
     (block_m 8..32). Arguments, allocation and stream as grouped_pack()."""
     spec = _PackSpec("layout", IndexedPackArgs, IndexedWeight, "chord_indexed_pack", indexed_weight_sizes,
                      IndexedPackedWeight)
-    return _pack_checkpoint("indexed_pack", spec, _enum(IndexedLayout, layout, "layout"), weight_packed,
+    return _pack_checkpoint("indexed_pack", spec, enum_value(IndexedLayout, layout, "layout"), weight_packed,
                             weight_scale, stream, bits, group_size, symmetric, scale_is_bf16, packed, scale,
                             num_experts, n, k, packed_bytes, scale_bytes)
 
@@ -66,10 +54,10 @@ def indexed_block_m(layout, num_experts: int, n: int, k: int, routed_rows: int, 
     GPU's experts (rows = tokens * top_k for gate_up and for down alike)."""
     op = "indexed_block_m"
     out = ctypes.c_int32()
-    check(lib().chord_indexed_block_m(int(_enum(IndexedLayout, layout, "layout")), _check_int(num_experts, op,
-                                      "num_experts"), _check_int(n, op, "n"), _check_int(k, op, "k"),
-                                      _check_int(routed_rows, op, "routed_rows"),
-                                      int(_enum(IndexedProfile, profile, "profile")), ctypes.byref(out)))
+    check(lib().chord_indexed_block_m(int(enum_value(IndexedLayout, layout, "layout")), check_int(num_experts, op,
+                                      "num_experts"), check_int(n, op, "n"), check_int(k, op, "k"),
+                                      check_int(routed_rows, op, "routed_rows"),
+                                      int(enum_value(IndexedProfile, profile, "profile")), ctypes.byref(out)))
     return int(out.value)
 
 
@@ -78,7 +66,7 @@ def _struct(weight, op: str) -> IndexedWeight:
         return weight.struct
     if isinstance(weight, IndexedWeight):
         return weight
-    raise _invalid(op, f"weight must be an IndexedPackedWeight (from indexed_pack) or an IndexedWeight, got "
+    raise invalid(op, f"weight must be an IndexedPackedWeight (from indexed_pack) or an IndexedWeight, got "
                        f"{type(weight).__name__}")
 
 
@@ -96,29 +84,29 @@ def indexed_gemm(a, weight, sorted_token_ids, expert_ids, num_tokens_post_padded
     """
     op = "indexed_gemm"
     w = _struct(weight, op)
-    top_k = _check_int(top_k, op, "top_k")
-    block_m = _check_int(block_m, op, "block_m")
-    validate = _flag(validate, op, "validate")
-    torch = _torch_module_of(a, sorted_token_ids, expert_ids, num_tokens_post_padded, out)
+    top_k = check_int(top_k, op, "top_k")
+    block_m = check_int(block_m, op, "block_m")
+    validate = flag(validate, op, "validate")
+    torch = torch_module_of(a, sorted_token_ids, expert_ids, num_tokens_post_padded, out)
     if torch is None:
         args = IndexedArgs(
-            a=_address(a, op, "a"),
-            num_tokens=_size(num_tokens, op, "num_tokens"),
+            a=address(a, op, "a"),
+            num_tokens=size(num_tokens, op, "num_tokens"),
             top_k=top_k,
             block_m=block_m,
             weight=ctypes.pointer(w),
-            sorted_token_ids=_address(sorted_token_ids, op, "sorted_token_ids"),
-            sorted_token_ids_capacity=_size(sorted_token_ids_capacity, op, "sorted_token_ids_capacity"),
-            expert_ids=_address(expert_ids, op, "expert_ids"),
-            expert_ids_capacity=_size(expert_ids_capacity, op, "expert_ids_capacity"),
-            num_tokens_post_padded=_address(num_tokens_post_padded, op, "num_tokens_post_padded"),
+            sorted_token_ids=address(sorted_token_ids, op, "sorted_token_ids"),
+            sorted_token_ids_capacity=size(sorted_token_ids_capacity, op, "sorted_token_ids_capacity"),
+            expert_ids=address(expert_ids, op, "expert_ids"),
+            expert_ids_capacity=size(expert_ids_capacity, op, "expert_ids_capacity"),
+            num_tokens_post_padded=address(num_tokens_post_padded, op, "num_tokens_post_padded"),
             validate=validate,
-            out=_address(out, op, "out"),
+            out=address(out, op, "out"),
         )
-        check(lib().chord_indexed_gemm(ctypes.byref(args), _raw_stream(stream)))
+        check(lib().chord_indexed_gemm(ctypes.byref(args), raw_stream(stream)))
         return None
 
-    call = _TorchCall(torch, op, stream)
+    call = TorchCall(torch, op, stream)
     call.tensor(a, "a", torch.bfloat16, ndim=2)
     if isinstance(weight, IndexedPackedWeight):
         for name, buf, dtype in (("weight.packed", weight.packed, torch.uint8), ("weight.scale", weight.scale,
@@ -127,16 +115,16 @@ def indexed_gemm(a, weight, sorted_token_ids, expert_ids, num_tokens_post_padded
                 call.tensor(buf, name, dtype)
     rows, kk = a.shape
     if kk != w.k:
-        raise _invalid(op, f"a must be [M, K] with K = the weight's k ({w.k}), got shape {tuple(a.shape)}")
+        raise invalid(op, f"a must be [M, K] with K = the weight's k ({w.k}), got shape {tuple(a.shape)}")
     if num_tokens is not None and num_tokens != rows:
-        raise _invalid(op, f"num_tokens={num_tokens} disagrees with a of shape {tuple(a.shape)}")
+        raise invalid(op, f"num_tokens={num_tokens} disagrees with a of shape {tuple(a.shape)}")
     call.tensor(sorted_token_ids, "sorted_token_ids", torch.int32, ndim=1)
     call.tensor(expert_ids, "expert_ids", torch.int32, ndim=1)
     call.tensor(num_tokens_post_padded, "num_tokens_post_padded", torch.int32, min_numel=1)
     for name, given, actual in (("sorted_token_ids_capacity", sorted_token_ids_capacity, sorted_token_ids.numel()),
                                 ("expert_ids_capacity", expert_ids_capacity, expert_ids.numel())):
         if given is not None and given != actual:
-            raise _invalid(op, f"{name}={given} disagrees with the tensor's {actual} elements")
+            raise invalid(op, f"{name}={given} disagrees with the tensor's {actual} elements")
     if out is None:
         out = torch.empty((rows * top_k, w.n), dtype=torch.bfloat16, device=call.device)
     call.tensor(out, "out", torch.bfloat16, shape=(rows * top_k, w.n))

@@ -1,147 +1,17 @@
-"""Loading libchordrt and declaring its C ABI (a line-by-line mirror of runtime/include/chordrt/chordrt.h).
-
-Nothing here needs torch or a GPU. The library is loaded on first use, not at import, so that
-``import chordrt`` always succeeds; a missing library raises :class:`LibraryNotFoundError` (an
-``OSError`` and a :class:`ChordError`) that lists every place that was tried.
+"""TEMPORARY: the C mirror (ctypes structs and prototypes) of the families not yet in a module of their own
+(warp decode, grouped, indexed, sparse MLA, DSA), registered with _core like a family module's. Each
+family's helper moves its part into ``_<family>.py``; this file then disappears.
 """
 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import enum
-import os
-import threading
-from pathlib import Path
-from typing import Mapping, Optional
 
-#: The ABI this binding mirrors (chordrt.h's CHORD_ABI_VERSION).
-ABI_VERSION = 1
-#: Environment variable naming the shared library to load (a path).
-ENV_LIBRARY = "CHORDRT_LIBRARY"
-#: The repository root when the package is used from a source checkout (tools/python/chordrt/_lib.py).
-REPO_ROOT = Path(__file__).resolve().parents[3]
+from ._core import STATUS_T, STREAM_T, SizedStruct, prototype
 
-
-class Status(enum.IntEnum):
-    """chord_status_t."""
-
-    SUCCESS = 0
-    INVALID_ARGUMENT = 1
-    UNSUPPORTED = 2
-    NO_DRIVER = 3
-    NO_DEVICE = 4
-    NVRTC_UNAVAILABLE = 5
-    COMPILE_FAILED = 6
-    CAPTURE_MISS = 7
-    STRICT_MISS = 8
-    CUDA = 9
-    CACHE = 10
-    INTERNAL = 11
-
-    @property
-    def c_name(self) -> str:
-        """The C enumerator's name, e.g. ``CHORD_ERROR_INVALID_ARGUMENT``."""
-        return "CHORD_SUCCESS" if self is Status.SUCCESS else f"CHORD_ERROR_{self.name}"
-
-
-class ChordError(RuntimeError):
-    """A failing chordrt call.
-
-    ``status`` is a :class:`Status` (a plain int for values this binding does not know), ``message`` the
-    library's ``chord_last_error()`` text (or the binding's own message for checks done in Python).
-    ``summary`` carries the partial prewarm summary when prewarm_model() fails to compile some kernels.
-    """
-
-    def __init__(self, status, message: str = "", summary: Optional[dict] = None):
-        try:
-            status = Status(int(status))
-        except ValueError:
-            status = int(status)
-        self.status = status
-        self.message = message
-        self.summary = summary
-        name = status.c_name if isinstance(status, Status) else f"chord status {status}"
-        super().__init__(f"{name}: {message}" if message else name)
-
-    def __reduce__(self):
-        return (type(self), (int(self.status), self.message, self.summary))
-
-
-class LibraryNotFoundError(ChordError, OSError):
-    """libchordrt.so could not be found or loaded; the message lists what was tried."""
-
-    def __init__(self, message: str):
-        super().__init__(Status.UNSUPPORTED, message)
-
-    def __str__(self) -> str:
-        return self.message
-
-    def __reduce__(self):
-        return (type(self), (self.message,))
-
-
-# ---- struct mirrors --------------------------------------------------------------------------------
-
-
-class _SizedStruct(ctypes.Structure):
-    """An options struct whose leading ``size_t struct_size`` is set to sizeof(struct) unless given."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        if not args and "struct_size" not in kwargs:
-            self.struct_size = ctypes.sizeof(self)
-
-
-class RuntimeInfo(_SizedStruct):
-    """chord_runtime_info_t."""
-
-    _fields_ = [
-        ("struct_size", ctypes.c_size_t),
-        ("driver_available", ctypes.c_int),
-        ("driver_version", ctypes.c_int),
-        ("device_count", ctypes.c_int),
-        ("nvrtc_major", ctypes.c_int),
-        ("nvrtc_minor", ctypes.c_int),
-        ("cache_memory_only", ctypes.c_int),
-        ("cache_dir", ctypes.c_char_p),
-        ("kernels_compiled", ctypes.c_uint64),
-        ("disk_hits", ctypes.c_uint64),
-        ("kernels_loaded", ctypes.c_uint64),
-    ]
-
-
-class PrewarmSummary(_SizedStruct):
-    """chord_prewarm_summary_t."""
-
-    _fields_ = [
-        ("struct_size", ctypes.c_size_t),
-        ("compiled", ctypes.c_int),
-        ("cached", ctypes.c_int),
-        ("failed", ctypes.c_int),
-        ("median_compile_ms", ctypes.c_double),
-        ("max_compile_ms", ctypes.c_double),
-    ]
-
-
-class MoeAlignOptions(_SizedStruct):
-    """chord_moe_align_options_t (pointer fields are raw device addresses)."""
-
-    _fields_ = [
-        ("struct_size", ctypes.c_size_t),
-        ("expert_map", ctypes.c_void_p),  # const int32_t*
-    ]
-
-
-class MoeCombineOptions(_SizedStruct):
-    """chord_moe_combine_options_t (pointer fields are raw device addresses)."""
-
-    _fields_ = [
-        ("struct_size", ctypes.c_size_t),
-        ("topk_ids", ctypes.c_void_p),  # const int32_t*
-        ("expert_map", ctypes.c_void_p),  # const int32_t*
-        ("num_experts", ctypes.c_int32),
-    ]
+_status_t = STATUS_T
+_ptr = STREAM_T  # device pointers and CUstream: plain integers from Python
 
 
 class WeightFormat(enum.IntEnum):
@@ -151,9 +21,10 @@ class WeightFormat(enum.IntEnum):
     MXFP8 = 1
 
 
-class WarpDecodeMoeArgs(_SizedStruct):
+class WarpDecodeMoeArgs(SizedStruct):
     """chord_warp_decode_moe_args_t (pointer fields are raw device addresses)."""
 
+    _c_name_ = "chord_warp_decode_moe_args_t"
     _fields_ = [
         ("struct_size", ctypes.c_size_t),
         ("format", ctypes.c_int32),  # a chord_weight_format_t
@@ -219,15 +90,17 @@ def _w4a16_pack_args_fields(kind):
     ]
 
 
-class GroupedWeight(_SizedStruct):
+class GroupedWeight(SizedStruct):
     """chord_grouped_weight_t: a weight packed for one grouped mode (filled by chord_grouped_pack)."""
 
+    _c_name_ = "chord_grouped_weight_t"
     _fields_ = _w4a16_weight_fields("mode")
 
 
-class GroupedPackArgs(_SizedStruct):
+class GroupedPackArgs(SizedStruct):
     """chord_grouped_pack_args_t."""
 
+    _c_name_ = "chord_grouped_pack_args_t"
     _fields_ = _w4a16_pack_args_fields("mode")
 
 
@@ -246,21 +119,24 @@ class IndexedProfile(enum.IntEnum):
     TP = 2
 
 
-class IndexedWeight(_SizedStruct):
+class IndexedWeight(SizedStruct):
     """chord_indexed_weight_t: a weight packed for one indexed layout (filled by chord_indexed_pack)."""
 
+    _c_name_ = "chord_indexed_weight_t"
     _fields_ = _w4a16_weight_fields("layout")
 
 
-class IndexedPackArgs(_SizedStruct):
+class IndexedPackArgs(SizedStruct):
     """chord_indexed_pack_args_t."""
 
+    _c_name_ = "chord_indexed_pack_args_t"
     _fields_ = _w4a16_pack_args_fields("layout")
 
 
-class IndexedArgs(_SizedStruct):
+class IndexedArgs(SizedStruct):
     """chord_indexed_args_t (pointer fields are raw device addresses)."""
 
+    _c_name_ = "chord_indexed_args_t"
     _fields_ = [
         ("struct_size", ctypes.c_size_t),
         ("a", ctypes.c_void_p),
@@ -285,9 +161,10 @@ class MlaCacheFormat(enum.IntEnum):
     BF16 = 1  # 512 + rope_dims BF16 per token (1152 / 1024 bytes)
 
 
-class MlaCacheWriteArgs(_SizedStruct):
+class MlaCacheWriteArgs(SizedStruct):
     """chord_mla_cache_write_args_t (pointer fields are raw device addresses)."""
 
+    _c_name_ = "chord_mla_cache_write_args_t"
     _fields_ = [
         ("struct_size", ctypes.c_size_t),
         ("format", ctypes.c_int32),  # a chord_mla_cache_format_t
@@ -300,9 +177,10 @@ class MlaCacheWriteArgs(_SizedStruct):
     ]
 
 
-class SparseMlaDecodeArgs(_SizedStruct):
+class SparseMlaDecodeArgs(SizedStruct):
     """chord_sparse_mla_decode_args_t (pointer fields are raw device addresses)."""
 
+    _c_name_ = "chord_sparse_mla_decode_args_t"
     _fields_ = [
         ("struct_size", ctypes.c_size_t),
         ("format", ctypes.c_int32),  # the cache's chord_mla_cache_format_t
@@ -324,9 +202,10 @@ class SparseMlaDecodeArgs(_SizedStruct):
     ]
 
 
-class IndexerCacheWriteArgs(_SizedStruct):
+class IndexerCacheWriteArgs(SizedStruct):
     """chord_indexer_cache_write_args_t (pointer fields are raw device addresses)."""
 
+    _c_name_ = "chord_indexer_cache_write_args_t"
     _fields_ = [
         ("struct_size", ctypes.c_size_t),
         ("num_tokens", ctypes.c_int64),
@@ -338,9 +217,10 @@ class IndexerCacheWriteArgs(_SizedStruct):
     ]
 
 
-class DsaIndexerArgs(_SizedStruct):
+class DsaIndexerArgs(SizedStruct):
     """chord_dsa_indexer_args_t (pointer fields are raw device addresses)."""
 
+    _c_name_ = "chord_dsa_indexer_args_t"
     _fields_ = [
         ("struct_size", ctypes.c_size_t),
         ("num_heads", ctypes.c_int32),
@@ -358,9 +238,10 @@ class DsaIndexerArgs(_SizedStruct):
     ]
 
 
-class DsaTopkArgs(_SizedStruct):
+class DsaTopkArgs(SizedStruct):
     """chord_dsa_topk_args_t (pointer fields are raw device addresses)."""
 
+    _c_name_ = "chord_dsa_topk_args_t"
     _fields_ = [
         ("struct_size", ctypes.c_size_t),
         ("num_tokens", ctypes.c_int64),
@@ -375,80 +256,8 @@ class DsaTopkArgs(_SizedStruct):
     ]
 
 
-#: Every struct of chordrt.h: C name -> ctypes mirror.
-STRUCTS = {
-    "chord_runtime_info_t": RuntimeInfo,
-    "chord_prewarm_summary_t": PrewarmSummary,
-    "chord_moe_align_options_t": MoeAlignOptions,
-    "chord_moe_combine_options_t": MoeCombineOptions,
-    "chord_warp_decode_moe_args_t": WarpDecodeMoeArgs,
-    "chord_grouped_weight_t": GroupedWeight,
-    "chord_grouped_pack_args_t": GroupedPackArgs,
-    "chord_indexed_weight_t": IndexedWeight,
-    "chord_indexed_pack_args_t": IndexedPackArgs,
-    "chord_indexed_args_t": IndexedArgs,
-    "chord_mla_cache_write_args_t": MlaCacheWriteArgs,
-    "chord_sparse_mla_decode_args_t": SparseMlaDecodeArgs,
-    "chord_indexer_cache_write_args_t": IndexerCacheWriteArgs,
-    "chord_dsa_indexer_args_t": DsaIndexerArgs,
-    "chord_dsa_topk_args_t": DsaTopkArgs,
-}
-
-# ---- function declarations -------------------------------------------------------------------------
-
-_status_t = ctypes.c_int  # chord_status_t (a C enum: int)
-_ptr = ctypes.c_void_p  # device pointers and CUstream: plain integers from Python
-_c_int_p = ctypes.POINTER(ctypes.c_int)
-
 #: name -> (restype, argtypes), in chordrt.h's order.
-FUNCTIONS = {
-    "chord_status_string": (ctypes.c_char_p, [_status_t]),
-    "chord_last_error": (ctypes.c_char_p, []),
-    "chord_get_version": (None, [_c_int_p, _c_int_p, _c_int_p]),
-    "chord_abi_version": (ctypes.c_int, []),
-    "chord_get_runtime_info": (_status_t, [ctypes.POINTER(RuntimeInfo)]),
-    "chord_prewarm_model": (
-        _status_t,
-        [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(PrewarmSummary)],
-    ),
-    "chord_moe_align_sorted_capacity": (
-        ctypes.c_int64,
-        [ctypes.c_int64, ctypes.c_int32, ctypes.c_int32, ctypes.c_int32],
-    ),
-    "chord_moe_align": (
-        _status_t,
-        [
-            _ptr,  # const int32_t* topk_ids
-            ctypes.c_int64,  # num_tokens
-            ctypes.c_int32,  # top_k
-            ctypes.c_int32,  # num_experts
-            ctypes.c_int32,  # block_size
-            _ptr,  # int32_t* sorted_token_ids
-            ctypes.c_int64,  # sorted_token_ids_capacity
-            _ptr,  # int32_t* expert_ids
-            ctypes.c_int64,  # expert_ids_capacity
-            _ptr,  # int32_t* num_tokens_post_padded
-            ctypes.POINTER(MoeAlignOptions),  # options (NULL = defaults)
-            _ptr,  # CUstream
-        ],
-    ),
-    "chord_silu_and_mul": (
-        _status_t,
-        [_ptr, _ptr, ctypes.c_int64, ctypes.c_int64, _ptr],  # input, output, rows, intermediate, stream
-    ),
-    "chord_moe_combine": (
-        _status_t,
-        [
-            _ptr,  # const void* expert_rows
-            _ptr,  # const float* topk_weights
-            _ptr,  # void* output
-            ctypes.c_int64,  # num_tokens
-            ctypes.c_int32,  # top_k
-            ctypes.c_int64,  # hidden
-            ctypes.POINTER(MoeCombineOptions),  # options (NULL = defaults)
-            _ptr,  # CUstream
-        ],
-    ),
+_FUNCTIONS = {
     "chord_warp_decode_moe_workspace_size": (
         ctypes.c_size_t,
         [ctypes.c_int64, ctypes.c_int32, ctypes.c_int32],  # num_tokens, top_k, intermediate
@@ -532,108 +341,5 @@ FUNCTIONS = {
     "chord_dsa_indexer_logits": (_status_t, [ctypes.POINTER(DsaIndexerArgs), _ptr]),  # args, CUstream
     "chord_dsa_topk": (_status_t, [ctypes.POINTER(DsaTopkArgs), _ptr]),  # args, CUstream
 }
-
-# ---- finding and loading the library ---------------------------------------------------------------
-
-
-def library_candidates(environ: Optional[Mapping[str, str]] = None, repo_root: Optional[Path] = None) -> list:
-    """Where the library is looked for, in order.
-
-    ``$CHORDRT_LIBRARY`` when set (and then nothing else); otherwise the repository's build trees
-    (``<repo>/build*/libchordrt.so``, most recently built first), then ``ctypes.util.find_library``.
-    """
-    environ = os.environ if environ is None else environ
-    explicit = environ.get(ENV_LIBRARY)
-    if explicit:
-        return [explicit]
-    root = REPO_ROOT if repo_root is None else Path(repo_root)
-    builds = []
-    for p in root.glob("build*/libchordrt.so"):
-        try:
-            builds.append((p.stat().st_mtime, str(p)))
-        except OSError:  # a dangling symlink
-            continue
-    out = [path for _, path in sorted(builds, key=lambda t: (-t[0], t[1]))]
-    found = ctypes.util.find_library("chordrt")
-    if found and found not in out:
-        out.append(found)
-    return out
-
-
-_lock = threading.Lock()
-_lib: Optional[ctypes.CDLL] = None
-_lib_path: Optional[str] = None
-
-
-def _declare(cdll: ctypes.CDLL) -> None:
-    for name, (restype, argtypes) in FUNCTIONS.items():
-        fn = getattr(cdll, name)  # AttributeError if the library lacks it
-        fn.restype = restype
-        fn.argtypes = argtypes
-
-
-def _load() -> ctypes.CDLL:
-    global _lib, _lib_path
-    tried = []
-    candidates = library_candidates()
-    for path in candidates:
-        try:
-            cdll = ctypes.CDLL(path)
-        except OSError as e:
-            tried.append(f"{path}: {e}")
-            continue
-        try:
-            _declare(cdll)
-        except AttributeError as e:
-            tried.append(f"{path}: not a chordrt library ({e})")
-            continue
-        abi = cdll.chord_abi_version()
-        if abi != ABI_VERSION:
-            tried.append(f"{path}: ABI version {abi}, this binding needs {ABI_VERSION}")
-            continue
-        _lib, _lib_path = cdll, path
-        return cdll
-    if os.environ.get(ENV_LIBRARY):
-        how = f"${ENV_LIBRARY} is set"
-    else:
-        how = (
-            f"${ENV_LIBRARY} is unset; searched {REPO_ROOT}/build*/libchordrt.so and "
-            f"ctypes.util.find_library('chordrt') ({ctypes.util.find_library('chordrt') or 'nothing found'})"
-        )
-    lines = "\n  ".join(tried) if tried else "(no candidate found)"
-    raise LibraryNotFoundError(
-        f"cannot load libchordrt ({how}); tried:\n  {lines}\n"
-        f"Build it (cmake --build <build> --target chordrt) or set {ENV_LIBRARY} to its path."
-    )
-
-
-def lib() -> ctypes.CDLL:
-    """The loaded library, every function of chordrt.h declared (argtypes/restype)."""
-    if _lib is not None:
-        return _lib
-    with _lock:
-        return _lib if _lib is not None else _load()
-
-
-def library_path() -> str:
-    """The path the library was loaded from."""
-    lib()
-    return _lib_path
-
-
-def last_error() -> str:
-    """chord_last_error(): the message of this thread's last failing call ("" if none)."""
-    raw = lib().chord_last_error()
-    return raw.decode("utf-8", "replace") if raw else ""
-
-
-def check(status: int, summary: Optional[dict] = None) -> None:
-    """Raises ChordError(status, chord_last_error()) unless status is CHORD_SUCCESS."""
-    if status != Status.SUCCESS:
-        raise ChordError(status, last_error(), summary)
-
-
-def status_string(status: int) -> str:
-    """chord_status_string()."""
-    raw = lib().chord_status_string(int(status))
-    return raw.decode("utf-8", "replace") if raw else ""
+for _name, (_restype, _argtypes) in _FUNCTIONS.items():
+    prototype(_name, _restype, _argtypes)

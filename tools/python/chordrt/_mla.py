@@ -12,8 +12,8 @@ import numbers
 import sys
 from typing import Optional, Tuple
 
-from ._api import _TorchCall, _address, _check_int, _enum, _invalid, _raw_stream, _size, _torch_module_of
-from ._lib import MlaCacheFormat, MlaCacheWriteArgs, SparseMlaDecodeArgs, check, lib
+from ._core import TorchCall, address, check, check_int, enum_value, invalid, lib, raw_stream, size, torch_module_of
+from ._lib import MlaCacheFormat, MlaCacheWriteArgs, SparseMlaDecodeArgs
 
 __all__ = ["mla_cache_record_bytes", "mla_cache_write", "sparse_mla_decode_workspace_size", "sparse_mla_decode"]
 
@@ -24,38 +24,38 @@ _ROPE_OF_DIMS = {LATENT_DIMS + 64: 64, LATENT_DIMS: 0}
 
 def _format(value, op: str) -> MlaCacheFormat:
     try:
-        return _enum(MlaCacheFormat, value, "format")
+        return enum_value(MlaCacheFormat, value, "format")
     except ValueError as e:
-        raise _invalid(op, f"format: {e}") from None
+        raise invalid(op, f"format: {e}") from None
 
 
 def mla_cache_record_bytes(format, rope_dims: int = 64) -> int:
     """chord_mla_cache_record_bytes(): bytes of one token's record (656 / 528 for fp8_ds_mla with 64 / 0
     RoPE dims, 1152 / 1024 for bf16); 0 for a rope_dims other than 0 or 64."""
     op = "mla_cache_record_bytes"
-    return int(lib().chord_mla_cache_record_bytes(int(_format(format, op)), _check_int(rope_dims, op, "rope_dims")))
+    return int(lib().chord_mla_cache_record_bytes(int(_format(format, op)), check_int(rope_dims, op, "rope_dims")))
 
 
 def _rope_dims_of(op: str, name: str, t, given) -> int:
     last = t.shape[-1] if t.dim() else None
     if last not in _ROPE_OF_DIMS:
-        raise _invalid(op, f"{name}'s last dimension must be 576 (512 latent + 64 RoPE) or 512 (NoPE), got shape "
+        raise invalid(op, f"{name}'s last dimension must be 576 (512 latent + 64 RoPE) or 512 (NoPE), got shape "
                            f"{tuple(t.shape)}")
     inferred = _ROPE_OF_DIMS[last]
-    if given is not None and _check_int(given, op, "rope_dims") != inferred:
-        raise _invalid(op, f"rope_dims={given} disagrees with {name} of shape {tuple(t.shape)}")
+    if given is not None and check_int(given, op, "rope_dims") != inferred:
+        raise invalid(op, f"rope_dims={given} disagrees with {name} of shape {tuple(t.shape)}")
     return inferred
 
 
-def _cache_slots(call: _TorchCall, cache, record: int, fmt: MlaCacheFormat, rope_dims: int) -> int:
+def _cache_slots(call: TorchCall, cache, record: int, fmt: MlaCacheFormat, rope_dims: int) -> int:
     """The records a torch cache holds (checked: CUDA, contiguous, a whole number of records)."""
     torch, op = call.torch, call.op
     if not isinstance(cache, torch.Tensor):
-        raise _invalid(op, f"cache must be a torch.Tensor like the other arguments, got {type(cache).__name__}")
+        raise invalid(op, f"cache must be a torch.Tensor like the other arguments, got {type(cache).__name__}")
     call.tensor(cache, "cache", cache.dtype)
     nbytes = cache.numel() * cache.element_size()
     if nbytes % record != 0:
-        raise _invalid(op, f"cache holds {nbytes} bytes (shape {tuple(cache.shape)}, {cache.dtype}), not a whole "
+        raise invalid(op, f"cache holds {nbytes} bytes (shape {tuple(cache.shape)}, {cache.dtype}), not a whole "
                            f"number of {record}-byte {fmt.name.lower()} records (rope_dims {rope_dims})")
     return nbytes // record
 
@@ -73,32 +73,32 @@ def mla_cache_write(kv, slot_mapping, cache, format="fp8_ds_mla", rope_dims: Opt
     """
     op = "mla_cache_write"
     fmt = _format(format, op)
-    torch = _torch_module_of(kv, slot_mapping, cache)
+    torch = torch_module_of(kv, slot_mapping, cache)
     if torch is None:
         if rope_dims is None:
-            raise _invalid(op, "rope_dims is required when passing raw device pointers")
+            raise invalid(op, "rope_dims is required when passing raw device pointers")
         args = MlaCacheWriteArgs(
             format=int(fmt),
-            rope_dims=_check_int(rope_dims, op, "rope_dims"),
-            num_tokens=_size(num_tokens, op, "num_tokens"),
-            kv=_address(kv, op, "kv"),
-            slot_mapping=_address(slot_mapping, op, "slot_mapping"),
-            cache=_address(cache, op, "cache"),
-            num_slots=_size(num_slots, op, "num_slots"),
+            rope_dims=check_int(rope_dims, op, "rope_dims"),
+            num_tokens=size(num_tokens, op, "num_tokens"),
+            kv=address(kv, op, "kv"),
+            slot_mapping=address(slot_mapping, op, "slot_mapping"),
+            cache=address(cache, op, "cache"),
+            num_slots=size(num_slots, op, "num_slots"),
         )
-        check(lib().chord_mla_cache_write(ctypes.byref(args), _raw_stream(stream)))
+        check(lib().chord_mla_cache_write(ctypes.byref(args), raw_stream(stream)))
         return None
 
-    call = _TorchCall(torch, op, stream)
+    call = TorchCall(torch, op, stream)
     call.tensor(kv, "kv", torch.bfloat16, ndim=2)
     rope = _rope_dims_of(op, "kv", kv, rope_dims)
     rows = kv.shape[0]
     if num_tokens is not None and num_tokens != rows:
-        raise _invalid(op, f"num_tokens={num_tokens} disagrees with kv of shape {tuple(kv.shape)}")
+        raise invalid(op, f"num_tokens={num_tokens} disagrees with kv of shape {tuple(kv.shape)}")
     call.tensor(slot_mapping, "slot_mapping", torch.int64, shape=(rows,))
     slots = _cache_slots(call, cache, mla_cache_record_bytes(fmt, rope), fmt, rope)
     if num_slots is not None and num_slots != slots:
-        raise _invalid(op, f"num_slots={num_slots} disagrees with the cache's {slots} records")
+        raise invalid(op, f"num_slots={num_slots} disagrees with the cache's {slots} records")
     with call.guard():
         mla_cache_write(kv.data_ptr(), slot_mapping.data_ptr(), cache.data_ptr(), fmt, rope, call.stream(),
                         num_tokens=rows, num_slots=slots)
@@ -106,9 +106,9 @@ def mla_cache_write(kv, slot_mapping, cache, format="fp8_ds_mla", rope_dims: Opt
 
 
 def _workspace_size(args: SparseMlaDecodeArgs) -> int:
-    size = ctypes.c_size_t()
-    check(lib().chord_sparse_mla_decode_workspace_size(ctypes.byref(args), ctypes.byref(size)))
-    return int(size.value)
+    nbytes = ctypes.c_size_t()
+    check(lib().chord_sparse_mla_decode_workspace_size(ctypes.byref(args), ctypes.byref(nbytes)))
+    return int(nbytes.value)
 
 
 def sparse_mla_decode_workspace_size(num_tokens: int, num_heads: int, topk: int, *, format="fp8_ds_mla",
@@ -117,14 +117,14 @@ def sparse_mla_decode_workspace_size(num_tokens: int, num_heads: int, topk: int,
     the top-k is not split), for the current device or `device` (a torch device or index; torch must then
     be imported)."""
     op = "sparse_mla_decode_workspace_size"
-    args = SparseMlaDecodeArgs(format=int(_format(format, op)), num_heads=_check_int(num_heads, op, "num_heads"),
-                               rope_dims=_check_int(rope_dims, op, "rope_dims"), topk=_check_int(topk, op, "topk"),
-                               num_tokens=_check_int(num_tokens, op, "num_tokens"))
+    args = SparseMlaDecodeArgs(format=int(_format(format, op)), num_heads=check_int(num_heads, op, "num_heads"),
+                               rope_dims=check_int(rope_dims, op, "rope_dims"), topk=check_int(topk, op, "topk"),
+                               num_tokens=check_int(num_tokens, op, "num_tokens"))
     if device is None:
         return _workspace_size(args)
     torch = sys.modules.get("torch")
     if torch is None:
-        raise _invalid(op, "device is a torch device: import torch first (or leave device None)")
+        raise invalid(op, "device is a torch device: import torch first (or leave device None)")
     with torch.cuda.device(device):
         return _workspace_size(args)
 
@@ -144,19 +144,19 @@ def sparse_mla_decode(q, cache, indices, softmax_scale, *, format="fp8_ds_mla", 
     """
     op = "sparse_mla_decode"
     fmt = _format(format, op)
-    torch = _torch_module_of(q, cache, indices, topk_length, attn_sink, out, lse, workspace)
+    torch = torch_module_of(q, cache, indices, topk_length, attn_sink, out, lse, workspace)
     if torch is None:
-        raise _invalid(op, "takes torch tensors; with raw pointers fill a chordrt.SparseMlaDecodeArgs and call "
+        raise invalid(op, "takes torch tensors; with raw pointers fill a chordrt.SparseMlaDecodeArgs and call "
                            "chordrt.lib().chord_sparse_mla_decode")
     if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, numbers.Real):
-        raise _invalid(op, f"softmax_scale must be a float, got {type(softmax_scale).__name__}")
-    call = _TorchCall(torch, op, stream)
+        raise invalid(op, f"softmax_scale must be a float, got {type(softmax_scale).__name__}")
+    call = TorchCall(torch, op, stream)
     call.tensor(q, "q", torch.bfloat16, ndim=3)
     rope = _rope_dims_of(op, "q", q, None)
     tokens, heads = q.shape[0], q.shape[1]
     call.tensor(indices, "indices", torch.int32, ndim=2)
     if indices.shape[0] != tokens:
-        raise _invalid(op, f"indices must be [T, topk] with T = {tokens} (q's), got shape {tuple(indices.shape)}")
+        raise invalid(op, f"indices must be [T, topk] with T = {tokens} (q's), got shape {tuple(indices.shape)}")
     topk = indices.shape[1]
     slots = _cache_slots(call, cache, mla_cache_record_bytes(fmt, rope), fmt, rope)
     if topk_length is not None:
@@ -186,7 +186,7 @@ def sparse_mla_decode(q, cache, indices, softmax_scale, *, format="fp8_ds_mla", 
                                             else torch.cuda.ExternalStream(raw, device=call.device))
         if workspace is not None:
             if not isinstance(workspace, torch.Tensor):
-                raise _invalid(op, f"workspace must be a torch.Tensor, got {type(workspace).__name__}")
+                raise invalid(op, f"workspace must be a torch.Tensor, got {type(workspace).__name__}")
             call.tensor(workspace, "workspace", workspace.dtype)
             args.workspace = workspace.data_ptr()
             args.workspace_bytes = workspace.numel() * workspace.element_size()
