@@ -38,6 +38,7 @@ GLOBAL_EXPERTS = 384
 EPS = (8, 16, 32)
 PROJECTIONS = {"gate_up": (4096, 7168), "down": (7168, 2048)}  # name -> (N, K)
 MODES = ("contiguous", "masked")
+LAYOUT = {"contiguous": "WGMMA_K64", "masked": "WGMMA_K128"}  # the W4a16Layout each GEMM reads
 ROWS = (128, 256, 512)  # contiguous rows per expert
 TOKENS = (8, 16, 32, 64)  # masked tokens per expert
 POOL_EXPERTS = 96  # generated per projection: weight sets are disjoint slices of it
@@ -164,7 +165,7 @@ def bench_group(ep, proj, pool, modes, rows_list, tokens_list, ceil, args, deadl
     replays, rounds = (20, 5) if args.quick else (30, 7)
     rows = []
     for mode in modes:
-        packed = [chordrt.grouped_pack(w, s, mode) for w, s in wsets]
+        packed = [chordrt.w4a16_pack(w, s, LAYOUT[mode]) for w, s in wsets]
         torch.cuda.synchronize()
         for per_expert in (rows_list if mode == "contiguous" else tokens_list):
             label = f"EP{ep} {proj} {mode} {per_expert}"
@@ -223,7 +224,7 @@ def profile(spec):
     n, k = PROJECTIONS[proj]
     experts = GLOBAL_EXPERTS // ep
     words, scale = checkpoint_pool(n, k, experts, seed=1)
-    w = chordrt.grouped_pack(words, scale, mode)
+    w = chordrt.w4a16_pack(words, scale, LAYOUT[mode])
     point = Point(mode, experts, n, k, per_expert, 1)
     for _ in range(6):
         point.chord_call(0, w)()

@@ -3,9 +3,9 @@
 
 Kimi K2 (384 experts, top-8), both projections, three cases:
   EP8 prefill: 48 local experts (expert map, rank 0), T tokens in the step (about T routes land locally),
-               gate_up N=4096 K=7168, down N=7168 K=2048, IndexedLayout.WGMMA;
-  TP8 prefill: all 384 experts, gate_up N=512 K=7168, down N=7168 K=256 (8T routes), WGMMA;
-  EP8 decode:  20 / 50 tokens routed over 48 experts without a map (160 / 400 routes), IndexedLayout.MMA.
+               gate_up N=4096 K=7168, down N=7168 K=2048, W4a16Layout.WGMMA_K64;
+  TP8 prefill: all 384 experts, gate_up N=512 K=7168, down N=7168 K=256 (8T routes), WGMMA_K64;
+  EP8 decode:  20 / 50 tokens routed over 48 experts without a map (160 / 400 routes), W4a16Layout.MMA.
 Per point: routing = chordrt.moe_align(topk_ids, block_size=indexed_block_m(layout, experts, N, K, routes
 expected locally)); gate_up runs on a [T, K] with top_k 8, down on a [8T, K] with the same routing and
 top_k 1. Median µs over CUDA-graph replays that rotate input sets (activations, routing, outputs) and
@@ -61,7 +61,7 @@ class Case:
     experts: int  # on this GPU
     global_experts: int  # moe_align's num_experts
     expert_map: bool  # global -> local map of rank 0 (non-local routes are skipped)
-    layout: str  # chordrt.IndexedLayout member name (the binding takes names)
+    layout: str  # chordrt.W4a16Layout member name (the binding takes names)
     shapes: dict  # projection -> (N, K)
 
     @property
@@ -72,8 +72,8 @@ class Case:
 EP_SHAPES = {"gate_up": (4096, 7168), "down": (7168, 2048)}
 TP_SHAPES = {"gate_up": (512, 7168), "down": (7168, 256)}
 CASES = (
-    Case("EP8", "prefill", 48, 384, True, "WGMMA", EP_SHAPES),
-    Case("TP8", "prefill", 384, 384, False, "WGMMA", TP_SHAPES),
+    Case("EP8", "prefill", 48, 384, True, "WGMMA_K64", EP_SHAPES),
+    Case("TP8", "prefill", 384, 384, False, "WGMMA_K64", TP_SHAPES),
     # 160 / 400 routes uniformly over the 48 experts: 48 global experts, no map
     Case("EP8", "decode", 48, 48, False, "MMA", EP_SHAPES),
 )
@@ -268,7 +268,7 @@ def bench_group(case, proj, tokens_list, ceil, args, deadline, skipped):
     words, scale = checkpoint_pool(n, k, case.experts * n_wsets, seed=1 + n + k)
     e = case.experts
     wsets = [(words[s * e:(s + 1) * e], scale[s * e:(s + 1) * e]) for s in range(n_wsets)]
-    packed = [chordrt.indexed_pack(w, s, case.layout) for w, s in wsets]
+    packed = [chordrt.w4a16_pack(w, s, case.layout) for w, s in wsets]
     bf16 = None if args.no_baseline else [dequant_bf16(w, s) for w, s in wsets]
     torch.cuda.synchronize()
     replays, rounds = (20, 5) if args.quick else (30, 7)
@@ -298,7 +298,7 @@ def profile(spec):
     case = find_case(parallel, phase)
     n, k = case.shapes[proj]
     words, scale = checkpoint_pool(n, k, case.experts, seed=1 + n + k)
-    w = chordrt.indexed_pack(words, scale, case.layout)
+    w = chordrt.w4a16_pack(words, scale, case.layout)
     point = Point(case, proj, int(tokens), 1)
     for _ in range(6):
         point.chord_call(0, w)()

@@ -163,7 +163,7 @@ def indexed_section(path, ix):
     intro = (f"vLLM routing (`moe_align` → sorted_token_ids / expert_ids), Kimi K2 (384 experts, top-8). EP8 "
              f"prefill: 48 local experts behind an expert map, T tokens in the step (≈ T local routes), gate_up "
              f"(N 4096, K 7168) and down (N 7168, K 2048); TP8 prefill: all 384 experts, gate_up (N 512, K 7168) "
-             f"and down (N 7168, K 256), 8T routes; both on the WGMMA layout. EP8 decode: 20 / 50 tokens over 48 "
+             f"and down (N 7168, K 256), 8T routes; both on the WGMMA_K64 layout. EP8 decode: 20 / 50 tokens over 48 "
              f"experts (160 / 400 routes), MMA layout. Down runs on the [8T, I] activations with top_k 1. block_m "
              f"from `indexed_block_m`; blocks = live blocks `moe_align` produced (mean over the input sets) / the "
              f"heuristic's expected count. Ceilings in the same run: streaming read "

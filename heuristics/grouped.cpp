@@ -10,12 +10,13 @@ namespace chordrt::heuristics {
 
 namespace {
 
+namespace g = chord::grouped;
+
 constexpr int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
-constexpr int kConsumerRegisters = 232;
 
 // Tiles of a configuration when every row block is used (contiguous) or every expert has rows_hint.
 int64_t tile_count(const GroupedShape& s, const GroupedConfig& c, int64_t rows_hint) {
-  const int64_t n_blocks = s.n / (128 * c.slices);
+  const int64_t n_blocks = s.n / g::block_n(c.slices);
   if (s.mode == GroupedMode::kContiguous) return (rows_hint + c.block_m - 1) / c.block_m * n_blocks;
   return s.experts * ((rows_hint + c.block_m - 1) / c.block_m) * n_blocks;
 }
@@ -30,14 +31,8 @@ int grouped_deepest_ring(const GroupedShape& s, GroupedConfig c, const DeviceFac
   return 2;
 }
 
-int grouped_block_k(GroupedMode mode) { return mode == GroupedMode::kMasked ? 128 : 64; }
-
 int64_t grouped_dynamic_smem(const GroupedShape& s, const GroupedConfig& c) {
-  const int64_t bk = grouped_block_k(s.mode), block_n = 128 * c.slices;
-  const int64_t stage = round_up(c.block_m * bk * 2 + block_n * bk / 2 + bk / 32 * block_n * 2, 1024);
-  const int64_t epilogue = 2LL * c.block_m * (c.slices * kGroupedSliceRows + 8) * 2;
-  const int64_t row_table = s.mode == GroupedMode::kIndexed ? 4LL * c.block_m : 0;
-  return c.stages * stage + epilogue + 2LL * c.stages * 8 + (s.experts + 1) * 4 + row_table + 1024;
+  return g::gemm_smem_bytes(static_cast<int>(s.mode), c.block_m, c.slices, c.stages, s.experts);
 }
 
 int grouped_consumer_registers(const GroupedShape& s, const GroupedConfig& c) {
@@ -47,21 +42,29 @@ int grouped_consumer_registers(const GroupedShape& s, const GroupedConfig& c) {
 
 std::string grouped_config_error(const GroupedShape& s, const GroupedConfig& c, const DeviceFacts& facts) {
   const int64_t bk = grouped_block_k(s.mode);
-  if (s.experts < 1 || s.experts > kGroupedMaxExperts) {
-    return fmt::format("experts must be in [1, {}], got {}", kGroupedMaxExperts, s.experts);
+  if (s.experts < 1 || s.experts > g::kMaxExperts) {
+    return fmt::format("experts must be in [1, {}], got {}", g::kMaxExperts, s.experts);
   }
-  if (c.slices != 1 && c.slices != 2) return fmt::format("slices must be 1 or 2, got {}", c.slices);
-  if (s.n < 128 || s.n % (128 * c.slices) != 0) {
-    return fmt::format("N must be a positive multiple of {} (tile N), got {}", 128 * c.slices, s.n);
+  if (c.slices < 1 || c.slices > g::kMaxSlices) {
+    return fmt::format("slices must be in [1, {}], got {}", g::kMaxSlices, c.slices);
   }
-  if (s.k < bk || s.k % bk != 0) return fmt::format("K must be a positive multiple of {}, got {}", bk, s.k);
-  if (c.block_m < 8 || c.block_m > 256 || c.block_m % 8 != 0) {
-    return fmt::format("block_m must be a multiple of 8 in [8, 256], got {}", c.block_m);
+  if (s.n < g::block_n(c.slices) || s.n % g::block_n(c.slices) != 0 || s.n > chord::w4a16::kMaxDim) {
+    return fmt::format("n must be a positive multiple of {} (the tile's rows, 128 * slices) up to {}, got {}",
+                       g::block_n(c.slices), chord::w4a16::kMaxDim, s.n);
   }
-  if (c.stages < 2 || c.stages > 16) return fmt::format("stages must be in [2, 16], got {}", c.stages);
-  if (const int regs = grouped_consumer_registers(s, c); regs > kConsumerRegisters) {
+  if (s.k < bk || s.k % bk != 0 || s.k > chord::w4a16::kMaxDim) {
+    return fmt::format("k must be a positive multiple of {} (the mode's K block) up to {}, got {}", bk,
+                       chord::w4a16::kMaxDim, s.k);
+  }
+  if (c.block_m < g::kMinBlockM || c.block_m > g::kMaxBlockM || c.block_m % 8 != 0) {
+    return fmt::format("block_m must be a multiple of 8 in [{}, {}], got {}", g::kMinBlockM, g::kMaxBlockM, c.block_m);
+  }
+  if (c.stages < g::kMinStages || c.stages > g::kMaxStages) {
+    return fmt::format("stages must be in [{}, {}], got {}", g::kMinStages, g::kMaxStages, c.stages);
+  }
+  if (const int regs = grouped_consumer_registers(s, c); regs > g::kConsumerRegisters) {
     return fmt::format("block_m {} with {} slices needs ~{} registers per consumer thread (at most {})", c.block_m,
-                       c.slices, regs, kConsumerRegisters);
+                       c.slices, regs, g::kConsumerRegisters);
   }
   if (const int64_t smem = grouped_dynamic_smem(s, c); smem > facts.max_smem_per_block_optin) {
     return fmt::format("needs {} bytes of shared memory (at most {})", smem, facts.max_smem_per_block_optin);
@@ -78,7 +81,7 @@ GroupedConfig select_grouped(const GroupedShape& s, int64_t rows_hint, const Dev
     const GroupedConfig order[] = {{128, 2, 0}, {128, 1, 0}, {64, 2, 0}, {64, 1, 0}};
     c = order[3];
     for (const GroupedConfig& o : order) {
-      if (s.n % (128 * o.slices) == 0 && tile_count(s, o, rows_hint) >= facts.sm_count) {
+      if (s.n % g::block_n(o.slices) == 0 && tile_count(s, o, rows_hint) >= facts.sm_count) {
         c = o;
         break;
       }
@@ -96,7 +99,7 @@ GroupedConfig select_grouped(const GroupedShape& s, int64_t rows_hint, const Dev
     c.slices = 1;
     GroupedConfig wide = c;
     wide.slices = 2;
-    if (s.n % 256 == 0 && grouped_consumer_registers(s, wide) <= kConsumerRegisters &&
+    if (s.n % g::block_n(wide.slices) == 0 && grouped_consumer_registers(s, wide) <= g::kConsumerRegisters &&
         tile_count(s, wide, rows_hint) >= facts.sm_count) {
       c = wide;
     }

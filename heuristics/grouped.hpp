@@ -1,5 +1,6 @@
-// Configuration of the W4A16 grouped GEMM (contiguous prefill, masked decode): pure functions of the
-// shape, the rows hint and the device facts.
+// Configuration of the W4A16 grouped GEMM (contiguous prefill, masked decode, and the indexed family's
+// gathering prefill): pure functions of the shape, the rows hint and the device facts. Tile constants
+// and the shared-memory layout come from kernels_src/grouped/params.cuh (the kernel's own).
 #pragma once
 
 #include <cstdint>
@@ -7,18 +8,19 @@
 #include <string_view>
 
 #include "heuristics/device_facts.hpp"
+#include "kernels_src/grouped/params.cuh"
 
 namespace chordrt::heuristics {
 
-// kIndexed: the same kernel gathering vLLM-routed rows (the indexed family's prefill profile).
-enum class GroupedMode : int { kContiguous = 0, kMasked = 1, kIndexed = 2 };
-
-constexpr int kGroupedMaxExperts = 1024;  // the masked scheduler's per-CTA prefix table
-constexpr int kGroupedSliceRows = 64;     // weight rows per wgmma (M)
-constexpr int kGroupedConsumers = 2;      // consumer warpgroups per CTA
+// The kernel's MODE. kIndexed: gathering vLLM-routed rows (the indexed family's prefill).
+enum class GroupedMode : int {
+  kContiguous = chord::grouped::kContiguous,
+  kMasked = chord::grouped::kMasked,
+  kIndexed = chord::grouped::kIndexed,
+};
 
 // The packed layout's K block: contiguous and indexed 64, masked 128 (a shared-memory stage holds one).
-int grouped_block_k(GroupedMode mode);
+constexpr int grouped_block_k(GroupedMode mode) { return chord::grouped::block_k_of_mode(static_cast<int>(mode)); }
 
 struct GroupedShape {
   GroupedMode mode = GroupedMode::kContiguous;
@@ -32,17 +34,18 @@ struct GroupedConfig {
   int stages = 4;     // shared-memory ring depth, one K block per stage
 };
 
-// Dynamic shared memory of a configuration (ring + epilogue + barriers + masked prefix + alignment).
+// Dynamic shared memory of a configuration: chord::grouped::gemm_smem_bytes, the kernel's layout.
 int64_t grouped_dynamic_smem(const GroupedShape& s, const GroupedConfig& c);
 
 // Registers per consumer thread the configuration needs (accumulators + two fragment buffers + ~40 for
-// addresses and scales), checked against the 232 a consumer gets after setmaxnreg.
+// addresses and scales), checked against the chord::grouped::kConsumerRegisters a consumer gets.
 int grouped_consumer_registers(const GroupedShape& s, const GroupedConfig& c);
 
 // The deepest ring (at most 8 stages) of c's tile that fits the device's shared memory.
 int grouped_deepest_ring(const GroupedShape& s, GroupedConfig c, const DeviceFacts& facts = {});
 
-// "" when (s, c) is a valid kernel, else why not.
+// "" when (s, c) is a valid kernel, else why not, naming the field (n, k, experts, block_m, slices,
+// stages), its range and its value. The one check of program() and of CHORD_GROUPED_CONFIG.
 std::string grouped_config_error(const GroupedShape& s, const GroupedConfig& c, const DeviceFacts& facts = {});
 
 // rows_hint: contiguous m (total rows, padding included); masked expected_m (tokens per expert).

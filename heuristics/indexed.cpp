@@ -14,22 +14,27 @@ namespace {
 // per block at block_m 32 and 15.7 at 104 (1 + bm/53); TP8's narrow tiles 1.02 at 32 and 2.38 at 120
 // (1 + bm/34): the gather and the epilogue weigh more there. mma: a block streams the same weights
 // whatever its tokens (EP8 decode, 20 tokens at block_m 8: 222 us; 50 at 16: 263 us): 1 + bm/44.
-double block_cost(IndexedLayout layout, IndexedProfile profile, int block_m) {
-  if (layout == IndexedLayout::kMma) return 1.0 + block_m / 44.0;
+double block_cost(W4a16Layout layout, IndexedProfile profile, int block_m) {
+  if (layout == W4a16Layout::kMma) return 1.0 + block_m / 44.0;
   return 1.0 + block_m / (profile == IndexedProfile::kTensorParallel ? 34.0 : 53.0);
 }
 
 }  // namespace
 
 std::string indexed_shape_error(const IndexedShape& s) {
-  if (s.experts < 1 || s.experts > kIndexedMaxExperts) {
-    return fmt::format("num_experts must be in [1, {}], got {}", kIndexedMaxExperts, s.experts);
+  namespace w = chord::w4a16;
+  if (s.layout != W4a16Layout::kWgmmaK64 && s.layout != W4a16Layout::kMma) {
+    return fmt::format("layout must be WGMMA_K64 (0) or MMA (2), got {}", static_cast<int>(s.layout));
   }
-  if (s.n < 128 || s.n % 128 != 0 || s.n > (1 << 20)) {
-    return fmt::format("N must be a positive multiple of 128 (at most 2^20), got {}", s.n);
+  if (s.experts < 1 || s.experts > chord::indexed::kMaxExperts) {
+    return fmt::format("num_experts must be in [1, {}], got {}", chord::indexed::kMaxExperts, s.experts);
   }
-  if (s.k < 64 || s.k % 64 != 0 || s.k > (1 << 20)) {
-    return fmt::format("K must be a positive multiple of 64 (at most 2^20), got {}", s.k);
+  if (s.n < w::kRowMultiple || s.n % w::kRowMultiple != 0 || s.n > w::kMaxDim) {
+    return fmt::format("n must be a positive multiple of {} up to {}, got {}", w::kRowMultiple, w::kMaxDim, s.n);
+  }
+  const int bk = w::block_k(s.layout);
+  if (s.k < bk || s.k % bk != 0 || s.k > w::kMaxDim) {
+    return fmt::format("k must be a positive multiple of {} up to {}, got {}", bk, w::kMaxDim, s.k);
   }
   return "";
 }
@@ -61,7 +66,7 @@ double expected_indexed_blocks(int experts, int64_t routed_rows, int block_m) {
 
 int select_indexed_block_m(const IndexedShape& s, int64_t routed_rows, IndexedProfile profile,
                            const DeviceFacts& facts) {
-  const bool mma = s.layout == IndexedLayout::kMma;
+  const bool mma = s.layout == W4a16Layout::kMma;
   const IndexedProfile p = resolve_indexed_profile(s, profile);
   // wgmma: 128 at most, the largest block whose two-slice (256-row) tiles fit the consumers' registers.
   // At 176 the kernel falls back to one slice, gathers every activation row twice as often per weight
@@ -69,8 +74,9 @@ int select_indexed_block_m(const IndexedShape& s, int64_t routed_rows, IndexedPr
   const int cap = mma ? 24 : 128;
   // Work units per block (tiles of weight rows) and how many run at once: the time is set by
   // max(units, slots) * the cost of one, so blocks that leave SMs idle are not cheaper.
-  const double units_per_block = mma ? s.n / 128.0 : s.n / 256.0;
-  const double slots = (mma ? 4.0 : 1.0) * facts.sm_count;
+  const double units_per_block =
+      mma ? s.n / double{chord::indexed::kDecodeRowsPerCta} : s.n / double{chord::grouped::block_n(2)};
+  const double slots = (mma ? double{chord::indexed::kDecodeCtasPerSm} : 1.0) * facts.sm_count;
   double best_time = 0;
   // wgmma: multiples of 16 (EP8 2048 tokens: block_m 64 ran 566 us, 56 ran 667 us; H200 sweep).
   const int step = mma ? 8 : 16;
@@ -95,7 +101,9 @@ GroupedConfig select_indexed_prefill(const IndexedShape& s, int block_m, int64_t
   // from below (each block holds at most block_m rows; min(rows, E) experts hold one) instead of modelled.
   GroupedConfig wide{block_m, 2, 2};
   const int64_t blocks = std::max<int64_t>(std::min<int64_t>(routed_rows, s.experts), routed_rows / block_m);
-  if (s.n % 256 == 0 && grouped_consumer_registers(g, wide) <= 232 && blocks * (s.n / 256) >= facts.sm_count) {
+  const int64_t wide_n = chord::grouped::block_n(wide.slices);
+  if (s.n % wide_n == 0 && grouped_consumer_registers(g, wide) <= chord::grouped::kConsumerRegisters &&
+      blocks * (s.n / wide_n) >= facts.sm_count) {
     c = wide;
   }
   c.stages = grouped_deepest_ring(g, c, facts);
@@ -104,13 +112,17 @@ GroupedConfig select_indexed_prefill(const IndexedShape& s, int block_m, int64_t
 
 std::string indexed_decode_config_error(const IndexedShape& s, const IndexedDecodeConfig& c) {
   if (std::string why = indexed_shape_error(s); !why.empty()) return why;
-  if (c.block_m < 8 || c.block_m > kIndexedDecodeMaxBlockM || c.block_m % 8 != 0) {
+  namespace ix = chord::indexed;
+  if (s.layout != W4a16Layout::kMma) return "the decode kernel reads layout MMA only";
+  if (c.block_m < ix::kDecodeMinBlockM || c.block_m > ix::kDecodeMaxBlockM || c.block_m % 8 != 0) {
     return fmt::format(
-        "the decode (mma) layout serves block_m 8, 16, 24 or 32, got {} (pack with the wgmma "
-        "layout for larger blocks)",
-        c.block_m);
+        "block_m must be a multiple of 8 in [{}, {}] for layout MMA (the decode kernel), got {} (pack with "
+        "layout WGMMA_K64 for larger blocks)",
+        ix::kDecodeMinBlockM, ix::kDecodeMaxBlockM, c.block_m);
   }
-  if (c.depth < 1 || c.depth > 8) return fmt::format("depth must be in [1, 8], got {}", c.depth);
+  if (c.depth < 1 || c.depth > ix::kDecodeMaxDepth) {
+    return fmt::format("depth must be in [1, {}], got {}", ix::kDecodeMaxDepth, c.depth);
+  }
   return "";
 }
 

@@ -8,26 +8,24 @@
 
 #include "heuristics/device_facts.hpp"
 #include "heuristics/grouped.hpp"
+#include "kernels_src/indexed/params.cuh"
 
 namespace chordrt::heuristics {
 
-// Chosen at packing: the WGMMA prefill/mixed kernel's layout or the mma.sync decode kernel's.
-enum class IndexedLayout : int { kWgmma = 0, kMma = 1 };
+// Chosen at packing: the WGMMA prefill/mixed kernel's layout (kWgmmaK64) or the mma.sync decode
+// kernel's (kMma); the indexed GEMMs read no other.
+using W4a16Layout = chord::w4a16::Layout;
 // EP (a few wide experts per GPU) or TP (every expert, sliced narrow). kAuto deduces it from the shape.
 enum class IndexedProfile : int { kAuto = 0, kExpertParallel = 1, kTensorParallel = 2 };
 
-constexpr int kIndexedMaxExperts = 1024;
-constexpr int kIndexedDecodeMaxBlockM = 32;  // 4 MMAs of 8 tokens
-constexpr int kIndexedDecodeRows = 128;      // weight rows per decode CTA
-constexpr int kIndexedDecodeThreads = 128;   // its 4 warps, 32 rows each
-
 struct IndexedShape {
-  IndexedLayout layout = IndexedLayout::kWgmma;
+  W4a16Layout layout = W4a16Layout::kWgmmaK64;
   int64_t n = 0, k = 0;
   int experts = 0;
 };
 
-// "" when the layout can hold the shape (N a multiple of 128, K of 64, 1..1024 experts), else why not.
+// "" when the layout is one the indexed GEMMs read and can hold the shape (n a multiple of 128, k of 64,
+// 1..1024 experts), else why not, naming the field.
 std::string indexed_shape_error(const IndexedShape& s);
 
 // TP when the per-expert slice is narrow (N or K under 1024: an intermediate dimension cut by TP),

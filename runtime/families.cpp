@@ -6,6 +6,7 @@
 #include "runtime/ops/indexed.hpp"
 #include "runtime/ops/mla_cache.hpp"
 #include "runtime/ops/sparse_mla.hpp"
+#include "runtime/ops/w4a16.hpp"
 #include "runtime/ops/warp_decode.hpp"
 
 namespace chordrt {
@@ -13,9 +14,9 @@ namespace chordrt {
 std::span<const KernelFamily* const> kernel_families() {
   static const KernelFamily* const kFamilies[] = {
       &ops::MoeAlignFamily::family(),  &ops::SiluAndMulFamily::family(), &ops::MoeCombineFamily::family(),
-      &ops::WarpDecodeGateUpFamily::family(), &ops::WarpDecodeDownFamily::family(), &ops::kGroupedPackFamily,
-      &ops::kGroupedGemmFamily,        &ops::kIndexedPackFamily,         &ops::kIndexedPrefillFamily,
-      &ops::kIndexedDecodeFamily,      &ops::kSparseMlaDecodeFamily,     &ops::kSparseMlaCombineFamily,
+      &ops::WarpDecodeGateUpFamily::family(), &ops::WarpDecodeDownFamily::family(), &ops::W4a16PackFamily::family(),
+      &ops::GroupedGemmFamily::family(), &ops::IndexedPrefillFamily::family(), &ops::IndexedDecodeFamily::family(),
+      &ops::kSparseMlaDecodeFamily,     &ops::kSparseMlaCombineFamily,
       &ops::kMlaCacheWriteFamily,      &ops::kDsaKeyCacheWriteFamily,    &ops::kDsaIndexerLogitsFamily,
       &ops::kDsaTopkFamily};
   return kFamilies;

@@ -1,21 +1,24 @@
-// The grouped family without a GPU: its heuristics (pure functions), the packed sizes, the C ABI's
-// argument and weight checks, and its place in the model plans.
+// The grouped family without a GPU: its heuristics (pure functions), its descriptor and config checks,
+// the shared-memory layout against a hand count, and the C ABI's argument and weight checks.
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <string>
 
 #include "chordrt/chordrt.h"
 #include "heuristics/grouped.hpp"
-#include "runtime/driver.hpp"
-#include "runtime/model_plan.hpp"
+#include "runtime/jit_runtime.hpp"
 #include "runtime/ops/grouped.hpp"
+#include "runtime/ops/w4a16.hpp"
 #include "tests/test_support.hpp"
 
 using Catch::Matchers::Contains;
 using chordrt::heuristics::GroupedConfig;
 using chordrt::heuristics::GroupedMode;
 using chordrt::heuristics::GroupedShape;
+using chordrt::ops::GroupedGemmFamily;
+using chordrt::ops::GroupedGemmKey;
 using chordrt::test::kHopper;
+using chordrt::test::kHopperFacts;
 
 namespace {
 
@@ -23,22 +26,17 @@ alignas(64) unsigned char g_host[4096];
 
 std::string last_error() { return chord_last_error(); }
 
-chord_grouped_pack_args_t valid_pack_args(int32_t mode) {
-  chord_grouped_pack_args_t a{};
-  a.struct_size = sizeof a;
-  a.mode = mode;
-  a.num_experts = 4;
-  a.n = 256;
-  a.k = 512;
-  a.bits = 4;
-  a.group_size = 32;
-  a.symmetric = 1;
-  a.scale_is_bf16 = 1;
-  a.weight_packed = a.weight_scale = g_host;
-  a.packed = a.scale = g_host;
-  a.packed_bytes = 4 * 256 * 512 / 2;
-  a.scale_bytes = 4 * 256 * 512 / 32 * 2;
-  return a;
+// A weight as w4a16_pack fills it (pack itself needs a driver), on host memory: nothing is launched.
+chord_w4a16_weight_t host_weight(chord_w4a16_layout_t layout) {
+  chord_w4a16_weight_t w{};
+  w.struct_size = sizeof w;
+  w.layout = layout;
+  w.num_experts = 4;
+  w.n = 256;
+  w.k = 512;
+  w.packed = w.scale = g_host;
+  w.tag = chordrt::ops::w4a16_weight_tag(w);
+  return w;
 }
 
 }  // namespace
@@ -79,7 +77,9 @@ TEST_CASE("every selected grouped config is a valid kernel", "[grouped]") {
           CHECK(chordrt::heuristics::grouped_config_error(s, c) == "");
           CHECK(c.stages >= 2);
           CHECK(chordrt::heuristics::grouped_dynamic_smem(s, c) <= 227 * 1024);
-          CHECK_NOTHROW(chordrt::ops::kGroupedGemmFamily.program(chordrt::ops::grouped_gemm_descriptor(kHopper, s, c)));
+          const GroupedGemmKey key{
+              static_cast<int>(mode), static_cast<int>(n), static_cast<int>(k), experts, c.block_m, c.slices, c.stages};
+          CHECK_NOTHROW(GroupedGemmFamily::family().program(GroupedGemmFamily::descriptor(kHopper, key)));
         }
       }
     }
@@ -111,81 +111,159 @@ TEST_CASE("grouped config overrides for experiments", "[grouped]") {
   CHECK_THAT(chordrt::heuristics::apply_grouped_override("block_m", c), Contains("field=value"));
 }
 
-TEST_CASE("chord_grouped_weight_sizes", "[grouped][capi]") {
-  size_t packed = 1, scale = 1;
-  REQUIRE(chord_grouped_weight_sizes(CHORD_GROUPED_CONTIGUOUS, 48, 4096, 7168, &packed, &scale) == CHORD_SUCCESS);
-  CHECK(packed == size_t{48} * 4096 * 7168 / 2);
-  CHECK(scale == size_t{48} * 4096 * 7168 / 32 * 2);
-  CHECK(chord_grouped_weight_sizes(CHORD_GROUPED_MASKED, 48, 4096, 7168 + 64, &packed, &scale) ==
-        CHORD_ERROR_INVALID_ARGUMENT);
-  CHECK_THAT(last_error(), Contains("K a multiple of 128"));
-  CHECK(packed == 0);
-  CHECK(chord_grouped_weight_sizes(CHORD_GROUPED_CONTIGUOUS, 48, 4096 + 64, 7168, &packed, &scale) ==
-        CHORD_ERROR_INVALID_ARGUMENT);
-  CHECK(chord_grouped_weight_sizes(2, 48, 4096, 7168, &packed, &scale) == CHORD_ERROR_INVALID_ARGUMENT);
-  CHECK_THAT(last_error(), Contains("mode"));
-  CHECK(chord_grouped_weight_sizes(CHORD_GROUPED_MASKED, 0, 4096, 7168, &packed, &scale) ==
-        CHORD_ERROR_INVALID_ARGUMENT);
+TEST_CASE("grouped shared memory matches a hand count of the kernel's layout", "[grouped]") {
+  // block_m 128, 2 slices (256 weight rows), BLOCK_K 64, 4 stages, 48 experts. One stage: activations
+  // 128 x 64 BF16 = 16384, packed weights 256 x 64 / 2 = 8192, scales 2 groups x 256 BF16 = 1024 ->
+  // 25600 (a multiple of 1024). Epilogue: 2 consumers x 128 tokens x (128 + 8) BF16 = 69632. Barriers
+  // 2 x 4 x 8 = 64; prefix table 49 x 4 = 196; alignment slack 1024.
+  const int64_t contiguous = 4 * 25600 + 69632 + 64 + 196 + 1024;
+  CHECK(chordrt::heuristics::grouped_dynamic_smem({GroupedMode::kContiguous, 4096, 7168, 48}, {128, 2, 4}) ==
+        contiguous);
+  // The gathering mode adds its token-row table (128 ints).
+  CHECK(chordrt::heuristics::grouped_dynamic_smem({GroupedMode::kIndexed, 4096, 7168, 48}, {128, 2, 4}) ==
+        contiguous + 512);
+  // Masked, BLOCK_K 128, block_m 16, 1 slice (128 rows), 3 stages, 12 experts: a stage 16 x 128 x 2 = 4096
+  // + 128 x 128 / 2 = 8192 + 4 x 128 x 2 = 1024 -> 13312; epilogue 2 x 16 x 72 x 2 = 4608.
+  CHECK(chordrt::heuristics::grouped_dynamic_smem({GroupedMode::kMasked, 7168, 2048, 12}, {16, 1, 3}) ==
+        3 * 13312 + 4608 + 48 + 13 * 4 + 1024);
+  // What program() asks the launch for.
+  CHECK(GroupedGemmFamily::program({0, 4096, 7168, 48, 128, 2, 4}).dynamic_smem == contiguous);
+  CHECK(GroupedGemmFamily::program({0, 4096, 7168, 48, 128, 2, 4}).threads == 384);
 }
 
-TEST_CASE("chord_grouped_pack argument checks", "[grouped][capi]") {
-  chord_grouped_weight_t w{};
-  CHECK(chord_grouped_pack(nullptr, &w, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
-  auto a = valid_pack_args(CHORD_GROUPED_MASKED);
-  a.bits = 8;
-  CHECK(chord_grouped_pack(&a, &w, nullptr) == CHORD_ERROR_UNSUPPORTED);
-  CHECK_THAT(last_error(), Contains("bits 8"));
-  a = valid_pack_args(CHORD_GROUPED_MASKED);
-  a.group_size = 128;
-  CHECK(chord_grouped_pack(&a, &w, nullptr) == CHORD_ERROR_UNSUPPORTED);
-  a = valid_pack_args(CHORD_GROUPED_MASKED);
-  a.symmetric = 0;
-  CHECK(chord_grouped_pack(&a, &w, nullptr) == CHORD_ERROR_UNSUPPORTED);
-  a = valid_pack_args(CHORD_GROUPED_MASKED);
-  a.packed_bytes -= 16;
-  CHECK(chord_grouped_pack(&a, &w, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
-  CHECK_THAT(last_error(), Contains("must hold"));
-  a = valid_pack_args(CHORD_GROUPED_MASKED);
-  a.packed = g_host + 8;
-  CHECK(chord_grouped_pack(&a, &w, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
-  CHECK_THAT(last_error(), Contains("16-byte aligned"));
-  a = valid_pack_args(CHORD_GROUPED_MASKED);
-  a.struct_size = sizeof a + 8;
-  CHECK(chord_grouped_pack(&a, &w, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
-  if (chordrt::driver().state != chordrt::DriverState::kReady) {
-    a = valid_pack_args(CHORD_GROUPED_MASKED);
-    const auto s = chord_grouped_pack(&a, &w, nullptr);
-    CHECK((s == CHORD_ERROR_NO_DRIVER || s == CHORD_ERROR_NO_DEVICE));
-  }
+TEST_CASE("grouped descriptors name the field, its range and the value", "[grouped]") {
+  using Catch::Matchers::Equals;
+  auto error_of = [](auto&& f) -> std::string {
+    try {
+      f();
+    } catch (const chordrt::Error& e) {
+      CHECK(e.status() == CHORD_ERROR_INVALID_ARGUMENT);
+      return e.what();
+    }
+    return "";
+  };
+  CHECK_THAT(error_of([] {
+               GroupedGemmFamily::descriptor(kHopper, {0, 4096, 7168, 48, 264, 1, 4});
+             }),
+             Equals("grouped.gemm: block_m must be in [8, 256], got 264"));
+  CHECK_THAT(error_of([] {
+               GroupedGemmFamily::descriptor(kHopper, {2, 4096, 7168, 48, 64, 1, 4});
+             }),
+             Equals("grouped.gemm: mode must be in [0, 1], got 2"));
+  CHECK_THAT(error_of([] {
+               GroupedGemmFamily::descriptor(kHopper, {0, 4096, 7168, 2000, 64, 1, 4});
+             }),
+             Equals("grouped.gemm: experts must be in [1, 1024], got 2000"));
+  // In range but not a kernel: program() says which field.
+  CHECK_THAT(error_of([] {
+               GroupedGemmFamily::program({0, 4096, 7168, 48, 12, 1, 4});
+             }),
+             Equals("grouped.gemm: block_m must be a multiple of 8 in [8, 256], got 12"));
+  CHECK_THAT(error_of([] {
+               GroupedGemmFamily::program({1, 4096, 7168 + 64, 48, 16, 1, 4});
+             }),
+             Contains("k must be a positive multiple of 128"));
+  // A descriptor reads back by field name.
+  const auto d = GroupedGemmFamily::descriptor(kHopper, {1, 4096, 7168, 48, 16, 2, 5});
+  CHECK(d.get("mode") == 1);
+  CHECK(d.get("stages") == 5);
+  CHECK(GroupedGemmFamily::key(d).block_m == 16);
 }
 
-TEST_CASE("grouped GEMMs reject weights of the other mode or not from the packer", "[grouped][capi]") {
-  // A weight as grouped_pack fills it (pack itself needs a driver), on host memory: nothing is launched.
-  chord_grouped_weight_t w{};
-  w.struct_size = sizeof w;
-  w.mode = CHORD_GROUPED_CONTIGUOUS;
-  w.num_experts = 4;
-  w.n = 256;
-  w.k = 512;
-  w.packed = w.scale = g_host;
+TEST_CASE("CHORD_GROUPED_CONFIG goes through the one check", "[grouped]") {
+  const GroupedShape s{GroupedMode::kMasked, 4096, 7168, 48};
+  const GroupedGemmKey heuristic = chordrt::ops::grouped_gemm_key(s, 16, kHopperFacts);
+  const auto want = chordrt::heuristics::select_grouped(s, 16, kHopperFacts);
+  CHECK(heuristic.block_m == want.block_m);
+  CHECK(heuristic.slices == want.slices);
+  CHECK(heuristic.stages == want.stages);
+  const GroupedGemmKey k = chordrt::ops::grouped_gemm_key(s, 16, kHopperFacts, "block_m=64,slices=1,stages=3");
+  CHECK(k.block_m == 64);
+  CHECK(k.slices == 1);
+  CHECK(k.stages == 3);
+  CHECK(k.mode == 1);
+  CHECK(k.experts == 48);
+  const auto threw = [&](std::string_view spec) -> std::string {
+    try {
+      chordrt::ops::grouped_gemm_key(s, 16, kHopperFacts, spec, "grouped_masked");
+    } catch (const chordrt::Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  CHECK_THAT(threw("block_m=12"), Contains("grouped_masked: CHORD_GROUPED_CONFIG=\"block_m=12\": block_m must be a "
+                                           "multiple of 8 in [8, 256], got 12"));
+  CHECK_THAT(threw("stages=16"), Contains("shared memory"));
+  CHECK_THAT(threw("warps=4"), Contains("unknown key"));
+}
+
+TEST_CASE("grouped GEMMs check their args and reject weights of another layout or not from the packer",
+          "[grouped][capi]") {
   int32_t* ids = reinterpret_cast<int32_t*>(g_host);
-  // Untagged: refused before anything is launched.
-  CHECK(chord_grouped_contiguous(g_host, 128, &w, ids, g_host, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
-  CHECK_THAT(last_error(), Contains("not filled by grouped_pack"));
-  CHECK(chord_grouped_masked(g_host, 16, nullptr, ids, 4, g_host, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
-  CHECK_THAT(last_error(), Contains("weight is null"));
-  w.tag = chordrt::ops::grouped_weight_tag(w);
-  CHECK(chord_grouped_masked(g_host, 16, &w, ids, 4, g_host, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
-  CHECK_THAT(last_error(), Contains("packed for contiguous mode (BLOCK_K 64)"));
+  chord_w4a16_weight_t w = host_weight(CHORD_W4A16_LAYOUT_WGMMA_K64);
+  chord_grouped_contiguous_args_t c{sizeof c, g_host, 128, &w, ids, g_host};
+  chord_grouped_masked_args_t m{sizeof m, g_host, 16, &w, ids, 4, g_host};
+  CHECK(chord_grouped_contiguous(nullptr, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(last_error(), Contains("chord_grouped_contiguous: args is null"));
+  c.struct_size = CHORD_GROUPED_CONTIGUOUS_ARGS_MIN_SIZE - 8;
+  CHECK(chord_grouped_contiguous(&c, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(last_error(), Contains("struct_size must be in"));
+  c.struct_size = sizeof c;
+  // A K64 weight is not the masked GEMM's.
+  CHECK(chord_grouped_masked(&m, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(last_error(), Contains("grouped_masked: weight has layout WGMMA_K64; the masked GEMM needs a weight "
+                                    "packed with layout WGMMA_K128"));
+  for (const chord_w4a16_layout_t other : {CHORD_W4A16_LAYOUT_WGMMA_K128, CHORD_W4A16_LAYOUT_MMA}) {
+    chord_w4a16_weight_t o = host_weight(other);
+    c.weight = &o;
+    CHECK(chord_grouped_contiguous(&c, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
+    CHECK_THAT(last_error(), Contains("the contiguous GEMM needs a weight packed with layout WGMMA_K64"));
+  }
+  c.weight = &w;
   w.n = 512;  // edited after packing
-  CHECK(chord_grouped_contiguous(g_host, 128, &w, ids, g_host, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
-  CHECK_THAT(last_error(), Contains("not filled by grouped_pack"));
+  CHECK(chord_grouped_contiguous(&c, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(last_error(), Contains("not filled by w4a16_pack"));
   w.n = 256;
-  CHECK(chord_grouped_contiguous(g_host, -1, &w, ids, g_host, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
-  CHECK(chord_grouped_contiguous(g_host, 0, &w, ids, g_host, nullptr) == CHORD_SUCCESS);  // nothing to do
-  CHECK(chord_grouped_contiguous(g_host, 128, &w, nullptr, g_host, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
+  m.weight = nullptr;
+  CHECK(chord_grouped_masked(&m, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(last_error(), Contains("weight is null"));
+  c.m = -1;
+  CHECK(chord_grouped_contiguous(&c, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(last_error(), Contains("m must be in [0, 2147483647], got -1"));
+  c.m = 0;
+  CHECK(chord_grouped_contiguous(&c, nullptr) == CHORD_SUCCESS);  // nothing to do
+  c.m = 128;
+  c.m_indices = nullptr;
+  CHECK(chord_grouped_contiguous(&c, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
   CHECK_THAT(last_error(), Contains("m_indices is null"));
   w.struct_size = 8;
-  CHECK(chord_grouped_masked(g_host, 16, &w, ids, 4, g_host, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
-  CHECK_THAT(last_error(), Contains("struct_size"));
+  c.m_indices = ids;
+  CHECK(chord_grouped_contiguous(&c, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(last_error(), Contains("weight.struct_size"));
+  chord_w4a16_weight_t k128 = host_weight(CHORD_W4A16_LAYOUT_WGMMA_K128);
+  m.weight = &k128;
+  m.expected_m = 0;
+  CHECK(chord_grouped_masked(&m, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(last_error(), Contains("expected_m must be in [1,"));
+  m.expected_m = 4;
+  m.max_m = 0;
+  CHECK(chord_grouped_masked(&m, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(last_error(), Contains("max_m must be in [1,"));
+}
+
+TEST_CASE("grouped dispatch in a dry run asks for the planned kernel and encodes no tensor map", "[grouped]") {
+  chord_w4a16_weight_t w = host_weight(CHORD_W4A16_LAYOUT_WGMMA_K64);
+  int32_t* ids = reinterpret_cast<int32_t*>(g_host);
+  chordrt::DryRun dry(kHopperFacts);
+  const chord_grouped_contiguous_args_t c{sizeof c, g_host, 4 * 128, &w, ids, g_host};
+  REQUIRE(chord_grouped_contiguous(&c, nullptr) == CHORD_SUCCESS);
+  chord_w4a16_weight_t k128 = host_weight(CHORD_W4A16_LAYOUT_WGMMA_K128);
+  const chord_grouped_masked_args_t m{sizeof m, g_host, 128, &k128, ids, 16, g_host};
+  REQUIRE(chord_grouped_masked(&m, nullptr) == CHORD_SUCCESS);
+  REQUIRE(dry.descriptors().size() == 2);
+  const GroupedShape sc{GroupedMode::kContiguous, 256, 512, 4}, sm{GroupedMode::kMasked, 256, 512, 4};
+  CHECK(dry.descriptors()[0] ==
+        GroupedGemmFamily::descriptor(kHopper, chordrt::ops::grouped_gemm_key(sc, 4 * 128, kHopperFacts)));
+  CHECK(dry.descriptors()[1] ==
+        GroupedGemmFamily::descriptor(kHopper, chordrt::ops::grouped_gemm_key(sm, 16, kHopperFacts)));
 }

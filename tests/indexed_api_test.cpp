@@ -11,12 +11,15 @@
 #include "runtime/model_plan.hpp"
 #include "runtime/ops/indexed.hpp"
 #include "runtime/ops/indexed_routing.hpp"
+#include "runtime/ops/w4a16.hpp"
 #include "tests/test_support.hpp"
 
 using Catch::Matchers::Contains;
-using chordrt::heuristics::IndexedLayout;
 using chordrt::heuristics::IndexedProfile;
 using chordrt::heuristics::IndexedShape;
+using chordrt::heuristics::W4a16Layout;
+using chordrt::ops::IndexedDecodeFamily;
+using chordrt::ops::IndexedPrefillFamily;
 using chordrt::test::kHopper;
 using chordrt::test::kHopperFacts;
 
@@ -41,15 +44,15 @@ double sampled_blocks(int experts, int rows, int block_m, int trials) {
 
 TEST_CASE("indexed profile is deduced from the shape", "[indexed]") {
   using chordrt::heuristics::resolve_indexed_profile;
-  CHECK(resolve_indexed_profile({IndexedLayout::kWgmma, 4096, 7168, 48}, IndexedProfile::kAuto) ==
+  CHECK(resolve_indexed_profile({W4a16Layout::kWgmmaK64, 4096, 7168, 48}, IndexedProfile::kAuto) ==
         IndexedProfile::kExpertParallel);
-  CHECK(resolve_indexed_profile({IndexedLayout::kWgmma, 7168, 2048, 48}, IndexedProfile::kAuto) ==
+  CHECK(resolve_indexed_profile({W4a16Layout::kWgmmaK64, 7168, 2048, 48}, IndexedProfile::kAuto) ==
         IndexedProfile::kExpertParallel);
-  CHECK(resolve_indexed_profile({IndexedLayout::kWgmma, 512, 7168, 384}, IndexedProfile::kAuto) ==
+  CHECK(resolve_indexed_profile({W4a16Layout::kWgmmaK64, 512, 7168, 384}, IndexedProfile::kAuto) ==
         IndexedProfile::kTensorParallel);
-  CHECK(resolve_indexed_profile({IndexedLayout::kWgmma, 7168, 256, 384}, IndexedProfile::kAuto) ==
+  CHECK(resolve_indexed_profile({W4a16Layout::kWgmmaK64, 7168, 256, 384}, IndexedProfile::kAuto) ==
         IndexedProfile::kTensorParallel);
-  CHECK(resolve_indexed_profile({IndexedLayout::kWgmma, 512, 7168, 384}, IndexedProfile::kExpertParallel) ==
+  CHECK(resolve_indexed_profile({W4a16Layout::kWgmmaK64, 512, 7168, 384}, IndexedProfile::kExpertParallel) ==
         IndexedProfile::kExpertParallel);
 }
 
@@ -66,8 +69,8 @@ TEST_CASE("expected indexed blocks match sampled routings", "[indexed]") {
 
 TEST_CASE("indexed block_m follows tokens per expert", "[indexed]") {
   using chordrt::heuristics::select_indexed_block_m;
-  const IndexedShape ep_up{IndexedLayout::kWgmma, 4096, 7168, 48}, tp_up{IndexedLayout::kWgmma, 512, 7168, 384};
-  const IndexedShape dec_up{IndexedLayout::kMma, 4096, 7168, 48};
+  const IndexedShape ep_up{W4a16Layout::kWgmmaK64, 4096, 7168, 48}, tp_up{W4a16Layout::kWgmmaK64, 512, 7168, 384};
+  const IndexedShape dec_up{W4a16Layout::kMma, 4096, 7168, 48};
   // Decode: 8 / 16 / 24 only, larger as experts get more rows (3.3 and 8.3 rows per expert at 20 / 50 tokens).
   CHECK(select_indexed_block_m(dec_up, 160) == 8);
   CHECK(select_indexed_block_m(dec_up, 400) == 16);
@@ -87,29 +90,58 @@ TEST_CASE("indexed block_m follows tokens per expert", "[indexed]") {
 }
 
 TEST_CASE("every selected indexed config is a valid kernel", "[indexed]") {
-  for (const IndexedShape s : {IndexedShape{IndexedLayout::kWgmma, 4096, 7168, 48},
-                               {IndexedLayout::kWgmma, 7168, 2048, 48},
-                               {IndexedLayout::kWgmma, 512, 7168, 384},
-                               {IndexedLayout::kWgmma, 7168, 256, 384},
-                               {IndexedLayout::kWgmma, 384, 576, 5}}) {
+  for (const IndexedShape s : {IndexedShape{W4a16Layout::kWgmmaK64, 4096, 7168, 48},
+                               {W4a16Layout::kWgmmaK64, 7168, 2048, 48},
+                               {W4a16Layout::kWgmmaK64, 512, 7168, 384},
+                               {W4a16Layout::kWgmmaK64, 7168, 256, 384},
+                               {W4a16Layout::kWgmmaK64, 384, 576, 5}}) {
     for (int64_t rows = 1; rows <= 131072; rows *= 4) {
       const int bm = chordrt::heuristics::select_indexed_block_m(s, rows);
       const auto c = chordrt::heuristics::select_indexed_prefill(s, bm, rows);
       INFO(s.n << "x" << s.k << " E=" << s.experts << " rows " << rows << " block_m " << bm);
       CHECK(chordrt::heuristics::grouped_config_error({chordrt::heuristics::GroupedMode::kIndexed, s.n, s.k, s.experts},
                                                       c) == "");
-      CHECK_NOTHROW(
-          chordrt::ops::kIndexedPrefillFamily.program(chordrt::ops::indexed_prefill_descriptor(kHopper, s, c)));
+      const auto key = chordrt::ops::indexed_prefill_key(s, bm, rows, kHopperFacts);
+      CHECK(key.block_m == c.block_m);
+      CHECK(key.slices == c.slices);
+      CHECK(key.stages == c.stages);
+      CHECK_NOTHROW(IndexedPrefillFamily::family().program(IndexedPrefillFamily::descriptor(kHopper, key)));
     }
   }
   for (int bm : {8, 16, 24, 32}) {
-    const IndexedShape s{IndexedLayout::kMma, 4096, 7168, 48};
+    const IndexedShape s{W4a16Layout::kMma, 4096, 7168, 48};
     const auto c = chordrt::heuristics::select_indexed_decode(s, bm);
     CHECK(chordrt::heuristics::indexed_decode_config_error(s, c) == "");
-    CHECK_NOTHROW(chordrt::ops::kIndexedDecodeFamily.program(chordrt::ops::indexed_decode_descriptor(kHopper, s, c)));
+    const auto key = chordrt::ops::indexed_decode_key(s, bm);
+    CHECK(key.depth == c.depth);
+    CHECK_NOTHROW(IndexedDecodeFamily::family().program(IndexedDecodeFamily::descriptor(kHopper, key)));
   }
-  CHECK_THAT(chordrt::heuristics::indexed_decode_config_error({IndexedLayout::kMma, 4096, 7168, 48}, {64, 2}),
-             Contains("wgmma layout"));
+  CHECK_THAT(chordrt::heuristics::indexed_decode_config_error({W4a16Layout::kMma, 4096, 7168, 48}, {64, 2}),
+             Contains("pack with layout WGMMA_K64 for larger blocks"));
+  // Descriptors name the field out of range; program() the field that is no kernel.
+  try {
+    IndexedDecodeFamily::descriptor(kHopper, {4096, 7168, 48, 40, 2});
+    FAIL("no error");
+  } catch (const chordrt::Error& e) {
+    CHECK(std::string(e.what()) == "indexed.decode: block_m must be in [8, 32], got 40");
+  }
+  try {
+    IndexedDecodeFamily::program({4096, 7168, 48, 12, 2});
+    FAIL("no error");
+  } catch (const chordrt::Error& e) {
+    CHECK_THAT(std::string(e.what()), Contains("indexed.decode: block_m must be a multiple of 8 in [8, 32]"));
+  }
+  try {
+    IndexedPrefillFamily::program({4096 + 64, 7168, 48, 64, 1, 4});
+    FAIL("no error");
+  } catch (const chordrt::Error& e) {
+    CHECK_THAT(std::string(e.what()), Contains("indexed.prefill: n must be a positive multiple of 128"));
+  }
+  // The prefill is the grouped kernel in its gathering mode, BLOCK_K 64, with the token-row table.
+  const auto p = IndexedPrefillFamily::program({4096, 7168, 48, 64, 2, 4});
+  CHECK(p.name_expression == "chord::grouped::grouped_gemm_kernel<2, 4096, 7168, 48, 64, 2, 64, 4>");
+  CHECK(p.dynamic_smem ==
+        chordrt::ops::GroupedGemmFamily::program({0, 4096, 7168, 48, 64, 2, 4}).dynamic_smem + 4 * 64);
 }
 
 TEST_CASE("the routing check reports the first bad entry", "[indexed]") {
@@ -144,60 +176,81 @@ TEST_CASE("the routing check reports the first bad entry", "[indexed]") {
   CHECK_THAT(with([](auto&, auto& s, auto&) { s[5] = 6; }), Contains("route 3 appears in no block"));
 }
 
-TEST_CASE("chord_indexed_weight_sizes and block_m", "[indexed][capi]") {
-  size_t packed = 1, scale = 1;
-  REQUIRE(chord_indexed_weight_sizes(CHORD_INDEXED_MMA, 48, 4096, 7168, &packed, &scale) == CHORD_SUCCESS);
-  CHECK(packed == size_t{48} * 4096 * 7168 / 2);
-  CHECK(scale == size_t{48} * 4096 * 7168 / 32 * 2);
-  CHECK(chord_indexed_weight_sizes(CHORD_INDEXED_WGMMA, 48, 4096 + 64, 7168, &packed, &scale) ==
-        CHORD_ERROR_INVALID_ARGUMENT);
-  CHECK_THAT(last_error(), Contains("multiple of 128"));
-  CHECK(packed == 0);
-  CHECK(chord_indexed_weight_sizes(2, 48, 4096, 7168, &packed, &scale) == CHORD_ERROR_INVALID_ARGUMENT);
-  CHECK_THAT(last_error(), Contains("layout"));
+TEST_CASE("chord_indexed_block_m", "[indexed][capi]") {
   int32_t bm = 0;
-  REQUIRE(chord_indexed_block_m(CHORD_INDEXED_MMA, 48, 4096, 7168, 160, CHORD_INDEXED_PROFILE_AUTO, &bm) ==
+  REQUIRE(chord_indexed_block_m(CHORD_W4A16_LAYOUT_MMA, 48, 4096, 7168, 160, CHORD_INDEXED_PROFILE_AUTO, &bm) ==
           CHORD_SUCCESS);
   CHECK(bm == 8);
-  CHECK(chord_indexed_block_m(CHORD_INDEXED_MMA, 48, 4096, 7168, 160, 7, &bm) == CHORD_ERROR_INVALID_ARGUMENT);
-  CHECK_THAT(last_error(), Contains("profile"));
-  CHECK(chord_indexed_block_m(CHORD_INDEXED_MMA, 48, 4096, 7168, -1, 0, &bm) == CHORD_ERROR_INVALID_ARGUMENT);
-  CHECK(chord_indexed_block_m(CHORD_INDEXED_MMA, 48, 4096, 7168, 1, 0, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
+  REQUIRE(chord_indexed_block_m(CHORD_W4A16_LAYOUT_WGMMA_K64, 48, 4096, 7168, 48 * 170, CHORD_INDEXED_PROFILE_AUTO,
+                                &bm) == CHORD_SUCCESS);
+  CHECK(bm == 96);
+  CHECK(chord_indexed_block_m(CHORD_W4A16_LAYOUT_WGMMA_K128, 48, 4096, 7168, 160, 0, &bm) ==
+        CHORD_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(last_error(), Contains("layout must be WGMMA_K64 (0) or MMA (2)"));
+  CHECK(bm == 0);
+  CHECK(chord_indexed_block_m(CHORD_W4A16_LAYOUT_MMA, 48, 4096 + 64, 7168, 160, 0, &bm) ==
+        CHORD_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(last_error(), Contains("n must be a positive multiple of 128"));
+  CHECK(chord_indexed_block_m(CHORD_W4A16_LAYOUT_MMA, 48, 4096, 7168, 160, 7, &bm) == CHORD_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(last_error(), Contains("profile must be in [0, 2], got 7"));
+  CHECK(chord_indexed_block_m(CHORD_W4A16_LAYOUT_MMA, 48, 4096, 7168, -1, 0, &bm) == CHORD_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(last_error(), Contains("routed_rows must be in"));
+  CHECK(chord_indexed_block_m(CHORD_W4A16_LAYOUT_MMA, 48, 4096, 7168, 1, 0, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
 }
 
 TEST_CASE("chord_indexed_gemm argument and weight checks", "[indexed][capi]") {
+  alignas(64) static unsigned char host[4096];
   CHECK(chord_indexed_gemm(nullptr, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
   chord_indexed_args_t a{};
   CHECK(chord_indexed_gemm(&a, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
   CHECK_THAT(last_error(), Contains("struct_size"));
+  a.struct_size = CHORD_INDEXED_ARGS_MIN_SIZE - 4;
+  CHECK(chord_indexed_gemm(&a, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(last_error(), Contains("struct_size must be in"));
   a.struct_size = sizeof a;
   CHECK(chord_indexed_gemm(&a, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
   CHECK_THAT(last_error(), Contains("weight is null"));
-  chord_indexed_weight_t w{};
+  chord_w4a16_weight_t w{};
   w.struct_size = sizeof w;
-  w.layout = CHORD_INDEXED_MMA;
+  w.layout = CHORD_W4A16_LAYOUT_MMA;
   w.num_experts = 4;
   w.n = 256;
   w.k = 512;
+  w.packed = w.scale = host;
   a.weight = &w;
   CHECK(chord_indexed_gemm(&a, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
-  CHECK_THAT(last_error(), Contains("not filled by indexed_pack"));
-  chord_indexed_pack_args_t p{};
-  p.struct_size = sizeof p;
-  p.layout = CHORD_INDEXED_MMA;
-  p.num_experts = 4;
-  p.n = 256;
-  p.k = 512;
-  p.bits = 8;
-  p.group_size = 32;
-  p.symmetric = 1;
-  p.scale_is_bf16 = 1;
-  CHECK(chord_indexed_pack(&p, &w, nullptr) == CHORD_ERROR_UNSUPPORTED);
-  CHECK_THAT(last_error(), Contains("indexed family"));
-  CHECK_THAT(last_error(), Contains("bits 8"));
-  p.bits = 4;
-  CHECK(chord_indexed_pack(&p, &w, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
-  CHECK_THAT(last_error(), Contains("weight_packed is null"));
+  CHECK_THAT(last_error(), Contains("not filled by w4a16_pack"));
+  w.layout = CHORD_W4A16_LAYOUT_WGMMA_K128;
+  w.tag = chordrt::ops::w4a16_weight_tag(w);
+  CHECK(chord_indexed_gemm(&a, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(last_error(),
+             Contains("indexed_gemm: weight has layout WGMMA_K128; the indexed GEMM needs a weight packed "
+                      "with layout WGMMA_K64 (prefill) or MMA (decode)"));
+  w.layout = CHORD_W4A16_LAYOUT_MMA;
+  w.tag = chordrt::ops::w4a16_weight_tag(w);
+  a.top_k = 8;
+  a.num_tokens = 4;
+  a.block_m = 64;
+  CHECK(chord_indexed_gemm(&a, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(last_error(), Contains("block_m must be a multiple of 8 in [8, 32] for layout MMA"));
+  w.layout = CHORD_W4A16_LAYOUT_WGMMA_K64;
+  w.tag = chordrt::ops::w4a16_weight_tag(w);
+  a.block_m = 260;
+  CHECK(chord_indexed_gemm(&a, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(last_error(), Contains("block_m must be a multiple of 8 in [8, 256] for layout WGMMA_K64, got 260"));
+  a.block_m = 64;
+  a.top_k = 65;
+  CHECK(chord_indexed_gemm(&a, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(last_error(), Contains("top_k must be in [1, 64], got 65"));
+  a.top_k = 8;
+  a.validate = 2;
+  CHECK(chord_indexed_gemm(&a, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(last_error(), Contains("validate must be in [0, 1], got 2"));
+  a.validate = 0;
+  CHECK(chord_indexed_gemm(&a, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(last_error(), Contains("a is null"));
+  a.num_tokens = 0;
+  CHECK(chord_indexed_gemm(&a, nullptr) == CHORD_SUCCESS);  // no routes: nothing is read or written
 }
 
 TEST_CASE("int4 model plans include the indexed family, EP and TP", "[indexed][plan]") {
@@ -208,7 +261,7 @@ TEST_CASE("int4 model plans include the indexed family, EP and TP", "[indexed][p
     int packs = 0, prefill = 0, decode = 0;
     for (const auto& d : plan) {
       const std::string_view f = d.schema->family;
-      packs += f == "indexed.pack";
+      packs += f == "w4a16.pack" && d.get("layout") != CHORD_W4A16_LAYOUT_WGMMA_K128;
       prefill += f == "indexed.prefill";
       decode += f == "indexed.decode";
     }
@@ -217,10 +270,9 @@ TEST_CASE("int4 model plans include the indexed family, EP and TP", "[indexed][p
     CHECK(decode >= 2);
     // Dispatch's config for a typical step is in the plan: EP8 decode at 20 tokens (160 local rows).
     if (std::string_view(dep) == "ep8") {
-      const IndexedShape s{IndexedLayout::kMma, 4096, 7168, 48};
-      const auto want = chordrt::ops::indexed_decode_descriptor(
-          kHopper, s,
-          chordrt::heuristics::select_indexed_decode(s, chordrt::heuristics::select_indexed_block_m(s, 160)));
+      const IndexedShape s{W4a16Layout::kMma, 4096, 7168, 48};
+      const auto want = IndexedDecodeFamily::descriptor(
+          kHopper, chordrt::ops::indexed_decode_key(s, chordrt::heuristics::select_indexed_block_m(s, 160)));
       CHECK(std::find(plan.begin(), plan.end(), want) != plan.end());
     }
   }

@@ -205,7 +205,7 @@ TEST_CASE("plan_descriptors for a tensor-parallel deployment", "[plan]") {
   // Kimi K2 is an INT4 checkpoint: warp decode's kernels for 1..128 tokens, exactly what dispatch picks.
   const auto gate_up = of_family(ds, "warp_decode.gate_up");
   const auto down = of_family(ds, "warp_decode.down");
-  const size_t indexed = of_family(ds, "indexed.pack").size() + of_family(ds, "indexed.prefill").size() +
+  const size_t indexed = of_family(ds, "w4a16.pack").size() + of_family(ds, "indexed.prefill").size() +
                          of_family(ds, "indexed.decode").size();
   CHECK(indexed > 0);
   CHECK(ds.size() == 16 + gate_up.size() + down.size() + indexed);
@@ -310,9 +310,10 @@ TEST_CASE("plan_descriptors adds the grouped GEMMs under expert parallelism", "[
     const auto ds = chordrt::plan_descriptors(kimi, Deployment::parse("ep" + std::to_string(ep)), kHopperFacts);
     check_no_duplicates(ds);
     const int experts = 384 / ep;
-    // A packer per (mode, projection): gate_up N 4096 K 7168 and down N 7168 K 2048.
-    const auto packs = of_family(ds, "grouped.pack");
-    CHECK(packs.size() == 4);
+    // A packer per (layout, projection): gate_up N 4096 K 7168 and down N 7168 K 2048, in the grouped
+    // layouts (WGMMA_K64, also the indexed prefill's, and WGMMA_K128) and the indexed decode's (MMA).
+    const auto packs = of_family(ds, "w4a16.pack");
+    CHECK(packs.size() == 6);
     const auto gemms = of_family(ds, "grouped.gemm");
     REQUIRE_FALSE(gemms.empty());
     for (const auto& d : gemms) {
@@ -325,7 +326,7 @@ TEST_CASE("plan_descriptors adds the grouped GEMMs under expert parallelism", "[
          {std::tuple{GroupedMode::kContiguous, int64_t{4096}, int64_t{7168}, int64_t{128} * experts},
           std::tuple{GroupedMode::kMasked, int64_t{7168}, int64_t{2048}, int64_t{16}}}) {
       const chordrt::heuristics::GroupedShape s{mode, n, k, experts};
-      const auto d = chordrt::ops::grouped_gemm_descriptor(kHopper, s, chordrt::heuristics::select_grouped(s, rows));
+      const auto d = chordrt::ops::GroupedGemmFamily::descriptor(kHopper, chordrt::ops::grouped_gemm_key(s, rows, kHopperFacts));
       CHECK(std::find(gemms.begin(), gemms.end(), d) != gemms.end());
     }
   }

@@ -59,7 +59,7 @@ TEST_CASE("the registry lists every family", "[nvrtc]") {
     }
   }
   CHECK(names == std::set<std::string>{"glue.moe_align", "glue.silu_and_mul", "glue.moe_combine", "warp_decode.gate_up",
-                                       "warp_decode.down", "grouped.pack", "grouped.gemm", "indexed.pack",
+                                       "warp_decode.down", "w4a16.pack", "grouped.gemm",
                                        "indexed.prefill", "indexed.decode", "mla.cache_write", "mla.decode",
                                        "mla.combine", "dsa.key_cache_write", "dsa.indexer_logits", "dsa.topk"});
   CHECK(chordrt::find_family("glue.nope") == nullptr);

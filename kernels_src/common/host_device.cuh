@@ -17,6 +17,8 @@ using std::uint16_t;
 using std::uint32_t;
 using std::uint64_t;
 using std::uint8_t;
+// BF16 as its bit pattern (common/types.cuh on the device): the host passes pointers to it only.
+struct bf16;
 }  // namespace chord
 #define CHORD_HD
 #endif

@@ -21,14 +21,10 @@
 #include "common/tma.cuh"
 #include "common/warpgroup.cuh"
 #include "grouped/layout.cuh"
+#include "grouped/params.cuh"
 #include "grouped/scheduler.cuh"
 
 namespace chord::grouped {
-
-// CUtensorMap as the kernel sees it: 128 opaque bytes, passed by value as a __grid_constant__ parameter.
-struct alignas(64) TensorMap {
-  uint64_t opaque[16];
-};
 
 // Names one of the two fragment register buffers at compile time (register arrays need constant indices).
 template <int V>
@@ -36,25 +32,8 @@ struct Buffer {
   static constexpr int value = V;
 };
 
-template <int BM, int SLICES, int BLOCK_K, int STAGES>
-struct GemmSmem {
-  static constexpr int kActChunkBytes = BM * 128;  // BM rows x 64 BF16, 128-byte swizzled
-  static constexpr int kActBytes = BLOCK_K / 64 * kActChunkBytes;
-  static constexpr int kBlockN = 2 * SLICES * kSliceRows;
-  static constexpr int kWeightBytes = kBlockN * BLOCK_K / 2;
-  static constexpr int kScaleBytes = BLOCK_K / kGroup * kBlockN * 2;
-  static constexpr int kStageBytes = (kActBytes + kWeightBytes + kScaleBytes + 1023) / 1024 * 1024;
-  static constexpr int kEpiloguePitch = SLICES * kSliceRows + 8;  // BF16 per token row (+16 bytes: banks)
-  static constexpr int kEpilogueBytes = 2 * BM * kEpiloguePitch * 2;
-  static constexpr int kBarrierOffset = STAGES * kStageBytes + kEpilogueBytes;
-  static constexpr int kPrefixOffset = kBarrierOffset + 2 * STAGES * 8;
-  // Indexed: the token row (or -1) of each of the tile's BM sorted slots, for the gathering producers.
-  // The host's heuristics::grouped_dynamic_smem() sizes the whole (plus 1024 for the alignment below).
-  static constexpr int row_table_offset(int experts) { return kPrefixOffset + (experts + 1) * 4; }
-};
-
 template <int MODE, int N, int K, int EXPERTS, int BM, int SLICES, int BLOCK_K, int STAGES>
-__global__ void __launch_bounds__(384, 1)
+__global__ void __launch_bounds__(kThreads, 1)
     grouped_gemm_kernel(const __grid_constant__ TensorMap act_map, const uint32_t* __restrict__ packed,
                         const bf16* __restrict__ packed_scale, const int32_t* __restrict__ routing, int rows,
                         const IndexedRouting indexed, bf16* __restrict__ out) {
@@ -89,7 +68,7 @@ __global__ void __launch_bounds__(384, 1)
   const int tiles = sched.tiles();
 
   if (warpgroup == 0) {
-    set_max_registers_decrease<40>();
+    set_max_registers_decrease<kProducerRegisters>();
     // The tile's packed slices and scales for K block kb, by bulk copies completing on `bar`.
     auto copy_weights = [&](uint8_t* stage, const Tile& t, int kb, uint64_t* bar) {
       uint8_t* w = stage + Smem::kActBytes;
@@ -114,7 +93,7 @@ __global__ void __launch_bounds__(384, 1)
         const Tile t = sched.tile(index);
         if (t.expert < 0) continue;
         named_barrier(3, 128);  // every producer is done with the previous tile's table
-        for (int r = ptid; r < BM; r += 128) token_rows[r] = indexed.token_of(t.row0 + r);
+        for (int r = ptid; r < BM; r += 128) token_rows[r] = routing_token_of(indexed, t.row0 + r);
         named_barrier(3, 128);
         for (int kb = 0; kb < kKBlocks; ++kb, ++it) {
           const int s = it % STAGES;
@@ -161,7 +140,7 @@ __global__ void __launch_bounds__(384, 1)
     return;
   }
 
-  set_max_registers_increase<232>();
+  set_max_registers_increase<kConsumerRegisters>();
   const int consumer = warpgroup - 1, tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, t4 = lane % 4;
   // This thread's weight rows inside the tile: slice (consumer * SLICES + j), rows 16*warp + g (+8).
@@ -288,7 +267,7 @@ __global__ void __launch_bounds__(384, 1)
       bool write = row < tile.valid_end;
       if constexpr (MODE == kContiguous) write = write && routing[row] == tile.expert;
       if constexpr (MODE == kIndexed) {
-        row = indexed.route_of(row);
+        row = routing_route_of(indexed, row);
         write = row >= 0;
       }
       if (write) {

@@ -15,11 +15,9 @@
 #pragma once
 
 #include "common/types.cuh"
+#include "grouped/params.cuh"
 
 namespace chord::grouped {
-
-constexpr int kSliceRows = 64;  // wgmma M
-constexpr int kGroup = 32;      // quantization group along K
 
 // Words of one (slice, K block) tile.
 template <int BLOCK_K>

@@ -9,7 +9,7 @@
 namespace chord::grouped {
 
 template <int N, int K, int BLOCK_K>
-__global__ void __launch_bounds__(256)
+__global__ void __launch_bounds__(w4a16::kPackThreads)
     pack_kernel(const uint32_t* __restrict__ weight, const bf16* __restrict__ scale, int experts,
                 uint32_t* __restrict__ packed, bf16* __restrict__ packed_scale) {
   static_assert(N % kSliceRows == 0 && K % BLOCK_K == 0 && BLOCK_K % 64 == 0, "shape outside the layout");

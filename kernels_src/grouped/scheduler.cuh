@@ -10,10 +10,9 @@
 #pragma once
 
 #include "common/routing.cuh"
+#include "grouped/params.cuh"
 
 namespace chord::grouped {
-
-enum : int { kContiguous = 0, kMasked = 1, kIndexed = 2 };
 
 struct Tile {
   int expert;     // -1: nothing to do (padding-only block, or an expert id outside [0, E))
@@ -24,7 +23,7 @@ struct Tile {
 
 template <int MODE, int BM, int N_BLOCKS, int EXPERTS>
 struct Scheduler {
-  static constexpr int kMaxGroups = 1024;
+  static constexpr int kMaxGroups = kMaxExperts;
   const int32_t* routing;  // m_indices [rows] or masked_m [EXPERTS]
   int rows;                // contiguous: m; masked: max_m
   int* block_prefix;       // masked: EXPERTS + 1 ints of shared memory
@@ -33,7 +32,7 @@ struct Scheduler {
 
   // Masked: every thread of the CTA calls this once, before any tile is asked for.
   __device__ void prepare(int thread, int threads) {
-    if constexpr (MODE == kIndexed) indexed_blocks = indexed.blocks<BM>();
+    if constexpr (MODE == kIndexed) indexed_blocks = routing_blocks<BM>(indexed);
     if constexpr (MODE == kMasked) {
       // A short serial scan: EXPERTS <= 1024 counts, done once per CTA.
       if (thread == 0) {

@@ -14,11 +14,9 @@
 #include "common/int4.cuh"
 #include "common/routing.cuh"
 #include "indexed/layout.cuh"
+#include "indexed/params.cuh"
 
 namespace chord::indexed {
-
-constexpr int kDecodeThreads = 128;
-constexpr int kDecodeRowsPerCta = 128;  // 4 warps x 2 tiles x 16 rows
 
 // Weights are read once: keep them out of L1 (the activations live there).
 __device__ __forceinline__ uint4 load_streaming(const uint4* p) {
@@ -30,7 +28,7 @@ __device__ __forceinline__ uint4 load_streaming(const uint4* p) {
 }
 
 template <int N, int K, int EXPERTS, int BM, int DEPTH>
-__global__ void __launch_bounds__(kDecodeThreads, 4)
+__global__ void __launch_bounds__(kDecodeThreads, kDecodeCtasPerSm)
     indexed_decode_kernel(const uint4* __restrict__ packed, const uint32_t* __restrict__ packed_scale,
                           const IndexedRouting routing, bf16* __restrict__ out) {
   static_assert(BM % 8 == 0 && BM >= 8 && BM <= 32, "the decode profile serves block_m 8..32");
@@ -44,7 +42,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 4)
   // + 2 slots, ... (slots = gridDim.x / kRowRanges, about two waves, set by the host). A block of a -1
   // expert (another GPU's under EP) costs one load; a run of live blocks spreads over the slots.
   const int range = blockIdx.x % kRowRanges, slots = gridDim.x / kRowRanges;
-  const int blocks = routing.blocks<BM>();
+  const int blocks = routing_blocks<BM>(routing);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int tile0 = (range * kDecodeRowsPerCta + warp * kWarpTiles * kTileRows) / kTileRows;
   const int n0 = tile0 * kTileRows;
@@ -57,7 +55,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 4)
     const uint4* act[kTok];
 #pragma unroll
     for (int j = 0; j < kTok; ++j) {
-      const int token = routing.token_of(block * BM + 8 * j + g);
+      const int token = routing_token_of(routing, block * BM + 8 * j + g);
       act[j] =
           token < 0 ? nullptr : reinterpret_cast<const uint4*>(routing.a + static_cast<long long>(token) * K + 16 * t);
     }
@@ -139,7 +137,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 4)
     __syncwarp();
     for (int v = lane; v < BM * 4; v += 32) {
       const int token = v / 4, col = (v % 4) * 8;
-      const int route = routing.route_of(block * BM + token);
+      const int route = routing_route_of(routing, block * BM + token);
       if (route >= 0) {
         *reinterpret_cast<uint4*>(out + static_cast<long long>(route) * N + n0 + col) =
             *reinterpret_cast<const uint4*>(&stage[token][col]);

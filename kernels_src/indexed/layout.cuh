@@ -16,12 +16,9 @@
 #pragma once
 
 #include "common/types.cuh"
+#include "indexed/params.cuh"
 
 namespace chord::indexed {
-
-constexpr int kTileRows = 16;  // mma.sync M
-constexpr int kChunk = 64;     // K values per lane load
-constexpr int kGroup = 32;     // quantization group along K
 
 // Word offset of (expert, 16-row tile, chunk) in the packed weight.
 template <int N, int K>

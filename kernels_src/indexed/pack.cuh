@@ -9,7 +9,7 @@
 namespace chord::indexed {
 
 template <int N, int K>
-__global__ void __launch_bounds__(256)
+__global__ void __launch_bounds__(w4a16::kPackThreads)
     pack_mma_kernel(const uint32_t* __restrict__ weight, const bf16* __restrict__ scale, int experts,
                     uint32_t* __restrict__ packed, uint32_t* __restrict__ packed_scale) {
   static_assert(N % kTileRows == 0 && K % kChunk == 0, "shape outside the layout");

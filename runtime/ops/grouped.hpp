@@ -1,26 +1,56 @@
-// The W4A16 grouped families (packer, GEMM) and their descriptor builders (shared by dispatch and prewarm).
+// The W4A16 grouped GEMM family (contiguous prefill, masked decode) and the key dispatch uses for a shape
+// (also what the planner prewarms). Weights: runtime/ops/w4a16.hpp (layouts WGMMA_K64, WGMMA_K128).
 #pragma once
+
+#include <cuda.h>
+
+#include <string_view>
 
 #include "chordrt/chordrt.h"
 #include "heuristics/grouped.hpp"
-#include "jit_cache/descriptor.hpp"
+#include "kernels_src/grouped/params.cuh"
+#include "runtime/jit_family.hpp"
 #include "runtime/model_plan.hpp"
-#include "runtime/kernel_registry.hpp"
 
 namespace chordrt::ops {
 
-extern const KernelFamily kGroupedPackFamily;
-extern const KernelFamily kGroupedGemmFamily;
+// The GEMM's template: MODE (a chord::grouped mode), N, K, EXPERTS, BM, SLICES, STAGES (BLOCK_K follows
+// from the mode). The indexed family's prefill is the same kernel in mode kIndexed (IndexedPrefillFamily).
+struct GroupedGemmKey {
+  int mode, n, k, experts, block_m, slices, stages;
+};
+struct GroupedGemmFamily : JitFamily<GroupedGemmFamily, GroupedGemmKey> {
+  static constexpr std::string_view kName = "grouped.gemm";
+  static constexpr std::array<KeyField<GroupedGemmKey>, 7> kFields{{
+      {"mode", &GroupedGemmKey::mode, chord::grouped::kContiguous, chord::grouped::kMasked},
+      {"n", &GroupedGemmKey::n, chord::grouped::block_n(1), chord::w4a16::kMaxDim},
+      {"k", &GroupedGemmKey::k, chord::w4a16::block_k(chord::w4a16::Layout::kWgmmaK64), chord::w4a16::kMaxDim},
+      {"experts", &GroupedGemmKey::experts, 1, chord::grouped::kMaxExperts},
+      {"block_m", &GroupedGemmKey::block_m, chord::grouped::kMinBlockM, chord::grouped::kMaxBlockM},
+      {"slices", &GroupedGemmKey::slices, 1, chord::grouped::kMaxSlices},
+      {"stages", &GroupedGemmKey::stages, chord::grouped::kMinStages, chord::grouped::kMaxStages},
+  }};
+  static KernelProgram program(const GroupedGemmKey& k);
+  static std::vector<GroupedGemmKey> examples(const heuristics::DeviceFacts& facts);
+};
 
-jit::Descriptor grouped_pack_descriptor(Arch arch, heuristics::GroupedMode mode, int64_t n, int64_t k);
-jit::Descriptor grouped_gemm_descriptor(Arch arch, const heuristics::GroupedShape& s,
-                                        const heuristics::GroupedConfig& c);
+// The kernel of any mode (kIndexed included) for a shape and a configuration; throws INVALID_ARGUMENT
+// with heuristics::grouped_config_error's reason. `family` names the error.
+KernelProgram grouped_gemm_program(std::string_view family, const heuristics::GroupedShape& s,
+                                   const heuristics::GroupedConfig& c);
 
-// Binds a packed weight's fields together, so a struct not produced by grouped_pack (or edited since) is
-// caught at dispatch.
-uint64_t grouped_weight_tag(const chord_grouped_weight_t& w);
+// The key dispatch uses for a shape on a device: the heuristic's configuration for rows_hint, then
+// `override_spec` (CHORD_GROUPED_CONFIG, "" for none) checked by grouped_config_error; `op` names
+// errors. The planner calls it with "".
+GroupedGemmKey grouped_gemm_key(const heuristics::GroupedShape& s, int64_t rows_hint,
+                                const heuristics::DeviceFacts& facts, std::string_view override_spec = {},
+                                const char* op = "grouped");
 
-// The kernels of this family a model's deployment dispatches.
+// The kernels of this family (and its packers) a model's deployment dispatches.
 void plan_grouped(const ModelPlanInput& in, PlanBuilder& plan);
+
+// Dispatch: validate, resolve the key, launch. Throw chordrt::Error.
+void grouped_contiguous(const chord_grouped_contiguous_args_t& args, CUstream stream);
+void grouped_masked(const chord_grouped_masked_args_t& args, CUstream stream);
 
 }  // namespace chordrt::ops

@@ -1,30 +1,67 @@
-// The W4A16 indexed families (packer, WGMMA prefill, mma.sync decode) and their descriptor builders
-// (shared by dispatch and prewarm).
+// The W4A16 indexed GEMM families over vLLM's routing (prefill: the grouped kernel gathering routed
+// rows; decode: the mma.sync kernel) and the keys dispatch uses for a shape (also what the planner
+// prewarms). Weights: runtime/ops/w4a16.hpp (layouts WGMMA_K64, MMA).
 #pragma once
+
+#include <cuda.h>
 
 #include "chordrt/chordrt.h"
 #include "heuristics/indexed.hpp"
-#include "jit_cache/descriptor.hpp"
+#include "kernels_src/indexed/params.cuh"
+#include "runtime/jit_family.hpp"
 #include "runtime/model_plan.hpp"
-#include "runtime/kernel_registry.hpp"
-#include "runtime/ops/glue.hpp"
+#include "runtime/ops/grouped.hpp"
 
 namespace chordrt::ops {
 
-extern const KernelFamily kIndexedPackFamily;
-extern const KernelFamily kIndexedPrefillFamily;
-extern const KernelFamily kIndexedDecodeFamily;
+// The grouped kernel in mode kIndexed (BLOCK_K 64): N, K, EXPERTS, BM (the routing's block_m), SLICES, STAGES.
+struct IndexedPrefillKey {
+  int n, k, experts, block_m, slices, stages;
+};
+struct IndexedPrefillFamily : JitFamily<IndexedPrefillFamily, IndexedPrefillKey> {
+  static constexpr std::string_view kName = "indexed.prefill";
+  static constexpr std::array<KeyField<IndexedPrefillKey>, 6> kFields{{
+      {"n", &IndexedPrefillKey::n, chord::grouped::block_n(1), chord::w4a16::kMaxDim},
+      {"k", &IndexedPrefillKey::k, chord::grouped::block_k_of_mode(chord::grouped::kIndexed), chord::w4a16::kMaxDim},
+      {"experts", &IndexedPrefillKey::experts, 1, chord::indexed::kMaxExperts},
+      {"block_m", &IndexedPrefillKey::block_m, chord::grouped::kMinBlockM, chord::grouped::kMaxBlockM},
+      {"slices", &IndexedPrefillKey::slices, 1, chord::grouped::kMaxSlices},
+      {"stages", &IndexedPrefillKey::stages, chord::grouped::kMinStages, chord::grouped::kMaxStages},
+  }};
+  static KernelProgram program(const IndexedPrefillKey& k);
+  static std::vector<IndexedPrefillKey> examples(const heuristics::DeviceFacts& facts);
+};
 
-jit::Descriptor indexed_pack_descriptor(Arch arch, heuristics::IndexedLayout layout, int64_t n, int64_t k);
-jit::Descriptor indexed_prefill_descriptor(Arch arch, const heuristics::IndexedShape& s,
-                                           const heuristics::GroupedConfig& c);
-jit::Descriptor indexed_decode_descriptor(Arch arch, const heuristics::IndexedShape& s,
-                                          const heuristics::IndexedDecodeConfig& c);
+// chord::indexed::indexed_decode_kernel<N, K, EXPERTS, BM, DEPTH>.
+struct IndexedDecodeKey {
+  int n, k, experts, block_m, depth;
+};
+struct IndexedDecodeFamily : JitFamily<IndexedDecodeFamily, IndexedDecodeKey> {
+  static constexpr std::string_view kName = "indexed.decode";
+  static constexpr std::array<KeyField<IndexedDecodeKey>, 5> kFields{{
+      {"n", &IndexedDecodeKey::n, chord::indexed::kDecodeRowsPerCta, chord::w4a16::kMaxDim},
+      {"k", &IndexedDecodeKey::k, chord::indexed::kChunk, chord::w4a16::kMaxDim},
+      {"experts", &IndexedDecodeKey::experts, 1, chord::indexed::kMaxExperts},
+      {"block_m", &IndexedDecodeKey::block_m, chord::indexed::kDecodeMinBlockM, chord::indexed::kDecodeMaxBlockM},
+      {"depth", &IndexedDecodeKey::depth, 1, chord::indexed::kDecodeMaxDepth},
+  }};
+  static KernelProgram program(const IndexedDecodeKey& k);
+  static std::vector<IndexedDecodeKey> examples(const heuristics::DeviceFacts& facts);
+};
 
-// Binds a packed weight's fields together (as grouped_weight_tag).
-uint64_t indexed_weight_tag(const chord_indexed_weight_t& w);
+// The keys dispatch uses for a weight shape, the routing's block_m and the routes (tokens * top_k) on a
+// device (and what the planner prewarms). The shape's layout picks the family.
+IndexedPrefillKey indexed_prefill_key(const heuristics::IndexedShape& s, int block_m, int64_t routes,
+                                      const heuristics::DeviceFacts& facts);
+IndexedDecodeKey indexed_decode_key(const heuristics::IndexedShape& s, int block_m);
 
-// The kernels of this family a model's deployment dispatches.
+// The kernels of this family (its packers, and moe_align at the block sizes it picks) a model's
+// deployment dispatches.
 void plan_indexed(const ModelPlanInput& in, PlanBuilder& plan);
+
+// Throw chordrt::Error.
+int32_t indexed_block_m(int32_t layout, int32_t num_experts, int32_t n, int32_t k, int64_t routed_rows,
+                        int32_t profile);
+void indexed_gemm(const chord_indexed_args_t& args, CUstream stream);
 
 }  // namespace chordrt::ops

@@ -1,6 +1,6 @@
-// vLLM's moe_align routing contract on the host side: the kernels' argument (mirror of
-// kernels_src/common/routing.cuh) and the indexed family's optional validation, a host check of copies
-// of the device buffers that reports the first bad entry.
+// vLLM's moe_align routing contract on the host side: the indexed family's optional validation, a host
+// check of copies of the device buffers that reports the first bad entry. (The kernels' argument is
+// chord::IndexedRouting, kernels_src/indexed/params.cuh.)
 #pragma once
 
 #include <cstdint>
@@ -8,16 +8,6 @@
 #include <string>
 
 namespace chordrt::ops {
-
-// chord::IndexedRouting as passed by value to the kernels (same members, same order).
-struct IndexedRoutingArg {
-  const void* a = nullptr;
-  const int32_t* sorted_ids = nullptr;
-  const int32_t* expert_ids = nullptr;
-  const int32_t* num_post_padded = nullptr;
-  int32_t top_k = 1, routes = 0, capacity_blocks = 0;
-};
-static_assert(sizeof(IndexedRoutingArg) == 48, "must match chord::IndexedRouting");
 
 struct RoutingSnapshot {
   int32_t num_post_padded = 0;

@@ -140,13 +140,17 @@ def test_status_strings_are_distinct_and_named(chord):
     assert unknown and unknown not in strings.values()
 
 
-# The calls that take each runtime/glue struct, and the name their struct_size error gives.
+# The calls that take each runtime/glue/W4A16 struct, and the name their struct_size error gives.
 _STRUCT_CALLS = {
     "chord_runtime_info_t": "chord_get_runtime_info",
     "chord_prewarm_summary_t": "chord_prewarm_model",
     "chord_moe_align_args_t": "chord_moe_align",
     "chord_silu_and_mul_args_t": "chord_silu_and_mul",
     "chord_moe_combine_args_t": "chord_moe_combine",
+    "chord_w4a16_pack_args_t": "chord_w4a16_pack",
+    "chord_grouped_contiguous_args_t": "chord_grouped_contiguous",
+    "chord_grouped_masked_args_t": "chord_grouped_masked",
+    "chord_indexed_args_t": "chord_indexed_gemm",
 }
 
 
@@ -157,6 +161,8 @@ def _struct_call(chord, c_name, s):
         return lib.chord_get_runtime_info(ctypes.byref(s))
     if c_name == "chord_prewarm_summary_t":
         return lib.chord_prewarm_model(b"kimi-k2", b"tp8", b"sm_90a", ctypes.byref(s))
+    if c_name == "chord_w4a16_pack_args_t":
+        return lib.chord_w4a16_pack(ctypes.byref(s), ctypes.byref(chord.W4a16Weight()), None)
     return getattr(lib, _STRUCT_CALLS[c_name])(ctypes.byref(s), None)
 
 
@@ -692,52 +698,119 @@ def test_warp_decode_without_a_driver_reports_it(chord, info, device_addresses):
     assert excinfo.value.status in {chord.Status.NO_DRIVER, chord.Status.NO_DEVICE}
 
 
-# ---- grouped GEMMs (raw pointers, no GPU needed: every check runs before a launch) --------------------
+# ---- W4A16 weights, grouped and indexed GEMMs (raw pointers, no GPU needed: every check runs before a launch)
 
 
-def _grouped_pack_args(chord, device_addresses, **over):
-    """Raw-pointer arguments of a small valid masked pack (E 4, N 256, K 512)."""
+def _w4a16_pack_args(chord, device_addresses, **over):
+    """Raw-pointer arguments of a small valid pack for WGMMA_K128 (E 4, N 256, K 512)."""
     words, scale, packed, packed_scale = device_addresses(4)
-    packed_bytes, scale_bytes = chord.grouped_weight_sizes("masked", 4, 256, 512)
+    packed_bytes, scale_bytes = chord.w4a16_weight_sizes("wgmma_k128", 4, 256, 512)
     args = dict(
-        weight_packed=words, weight_scale=scale, mode="masked", packed=packed, scale=packed_scale, num_experts=4,
-        n=256, k=512, packed_bytes=packed_bytes, scale_bytes=scale_bytes,
+        weight_packed=words, weight_scale=scale, layout="wgmma_k128", packed=packed, scale=packed_scale,
+        num_experts=4, n=256, k=512, packed_bytes=packed_bytes, scale_bytes=scale_bytes,
     )
     args.update(over)
     return args
 
 
-def test_grouped_weight_sizes(chord):
-    assert chord.grouped_weight_sizes("contiguous", 48, 4096, 7168) == (48 * 4096 * 7168 // 2, 48 * 4096 * 224 * 2)
-    assert chord.grouped_weight_sizes(chord.GroupedMode.MASKED, 1, 128, 128) == (128 * 128 // 2, 128 * 4 * 2)
-    assert "multiple of 128" in raises_invalid(chord.grouped_weight_sizes, "masked", 4, 256, 576)
-    assert "multiple of 128" in raises_invalid(chord.grouped_weight_sizes, "contiguous", 4, 200, 512)
-    with pytest.raises(ValueError, match="not a valid GroupedMode"):
-        chord.grouped_weight_sizes("dense", 4, 256, 512)
+def test_w4a16_layout_enum_mirrors_the_header(chord, header_text):
+    header = {name: int(value) for name, value in re.findall(r"(CHORD_W4A16_LAYOUT_\w+)\s*=\s*(\d+)", header_text)}
+    assert {f"CHORD_W4A16_LAYOUT_{m.name}": int(m) for m in chord.W4a16Layout} == header
+    profiles = {name: int(value) for name, value in re.findall(r"(CHORD_INDEXED_PROFILE_\w+)\s*=\s*(\d+)", header_text)}
+    assert {f"CHORD_INDEXED_PROFILE_{m.name}": int(m) for m in chord.IndexedProfile} == profiles
+
+
+def test_w4a16_weight_sizes(chord):
+    for layout in chord.W4a16Layout:
+        assert chord.w4a16_weight_sizes(layout, 48, 4096, 7168) == (48 * 4096 * 7168 // 2, 48 * 4096 * 224 * 2)
+    assert chord.w4a16_weight_sizes("mma", 1, 128, 128) == (128 * 128 // 2, 128 * 4 * 2)
+    assert "k must be a positive multiple of 128 for layout WGMMA_K128" in raises_invalid(
+        chord.w4a16_weight_sizes, "wgmma_k128", 4, 256, 576)
+    assert chord.w4a16_weight_sizes("wgmma_k64", 4, 256, 576) == (4 * 256 * 576 // 2, 4 * 256 * 18 * 2)
+    assert "n must be a positive multiple of 128" in raises_invalid(chord.w4a16_weight_sizes, "mma", 4, 200, 512)
+    with pytest.raises(ValueError, match="not a valid W4a16Layout"):
+        chord.w4a16_weight_sizes("contiguous", 4, 256, 512)
+    with pytest.raises(ValueError, match="3 is not a valid W4a16Layout"):
+        chord.w4a16_weight_sizes(3, 4, 256, 512)
+    packed, scale = ctypes.c_size_t(1), ctypes.c_size_t(1)
+    assert chord.lib().chord_w4a16_weight_sizes(3, 4, 256, 512, ctypes.byref(packed), ctypes.byref(scale)) == INVALID
+    assert "layout must be in [0, 2] (WGMMA_K64, WGMMA_K128, MMA), got 3" in chord.last_error()
+    assert (packed.value, scale.value) == (0, 0)
 
 
 @pytest.mark.parametrize("over", [{"bits": 8}, {"group_size": 128}, {"symmetric": False}, {"scale_is_bf16": False}])
-def test_grouped_pack_rejects_other_schemes(chord, device_addresses, over):
+def test_w4a16_pack_rejects_other_schemes(chord, device_addresses, over):
     with pytest.raises(chord.ChordError) as excinfo:
-        chord.grouped_pack(**_grouped_pack_args(chord, device_addresses, **over))
+        chord.w4a16_pack(**_w4a16_pack_args(chord, device_addresses, **over))
     assert excinfo.value.status == chord.Status.UNSUPPORTED
     assert "symmetric 4-bit" in excinfo.value.message
 
 
 @pytest.mark.parametrize(
     "over, word",
-    [({"packed_bytes": 16}, "must hold"), ({"weight_packed": 0}, "weight_packed is null"), ({"k": 640 + 64}, "128")],
+    [({"packed_bytes": 16}, "packed_bytes must be >= 262144"), ({"scale_bytes": 16}, "scale_bytes must be >= 32768"),
+     ({"weight_packed": 0}, "weight_packed is null"), ({"k": 640 + 64}, "multiple of 128 for layout WGMMA_K128"),
+     ({"packed": 8}, "packed must be 16-byte aligned")],
 )
-def test_grouped_pack_bad_arguments(chord, device_addresses, over, word):
-    assert word in raises_invalid(chord.grouped_pack, **_grouped_pack_args(chord, device_addresses, **over))
+def test_w4a16_pack_bad_arguments(chord, device_addresses, over, word):
+    if "packed" in over:
+        over = {"packed": _w4a16_pack_args(chord, device_addresses)["packed"] + over["packed"]}
+    assert word in raises_invalid(chord.w4a16_pack, **_w4a16_pack_args(chord, device_addresses, **over))
 
 
-def test_grouped_pack_without_a_driver_reports_it(chord, info, device_addresses):
+def test_w4a16_pack_raw_mode_needs_sizes(chord, device_addresses):
+    args = _w4a16_pack_args(chord, device_addresses)
+    del args["packed_bytes"]
+    assert "packed_bytes is required" in raises_invalid(chord.w4a16_pack, **args)
+
+
+def test_w4a16_pack_without_a_driver_reports_it(chord, info, device_addresses):
     if info["driver_available"]:
         pytest.skip("a driver is present: a complete call would launch")
     with pytest.raises(chord.ChordError) as excinfo:
-        chord.grouped_pack(**_grouped_pack_args(chord, device_addresses))
+        chord.w4a16_pack(**_w4a16_pack_args(chord, device_addresses))
     assert excinfo.value.status in {chord.Status.NO_DRIVER, chord.Status.NO_DEVICE}
+
+
+def _unpacked_weight(chord, layout, experts=4, n=256, k=512):
+    """A weight struct w4a16_pack did not fill (no tag): every GEMM refuses it before anything runs."""
+    return chord.W4a16Weight(layout=int(layout), num_experts=experts, n=n, k=k, packed=0x100000, scale=0x200000)
+
+
+def test_grouped_and_indexed_gemms_refuse_a_weight_not_from_the_packer(chord, device_addresses):
+    a, ids, out, post = device_addresses(4)
+    w = _unpacked_weight(chord, chord.W4a16Layout.WGMMA_K64)
+    assert "not filled by w4a16_pack" in raises_invalid(chord.grouped_contiguous, a, w, ids, out, m=128)
+    w = _unpacked_weight(chord, chord.W4a16Layout.WGMMA_K128)
+    assert "not filled by w4a16_pack" in raises_invalid(chord.grouped_masked, a, w, ids, 16, out, max_m=128)
+    w = _unpacked_weight(chord, chord.W4a16Layout.MMA)
+    assert "not filled by w4a16_pack" in raises_invalid(chord.indexed_gemm, a, w, ids, ids, post, 8, 16, out,
+                                                        num_tokens=4, sorted_token_ids_capacity=256,
+                                                        expert_ids_capacity=16)
+    with pytest.raises(chord.ChordError, match="weight must be a W4a16PackedWeight"):
+        chord.grouped_contiguous(a, object(), ids, out, m=128)
+
+
+def test_gemm_raw_modes_need_sizes(chord, device_addresses):
+    a, ids, out, post = device_addresses(4)
+    w = _unpacked_weight(chord, chord.W4a16Layout.WGMMA_K64)
+    assert "m is required" in raises_invalid(chord.grouped_contiguous, a, w, ids, out)
+    assert "max_m is required" in raises_invalid(chord.grouped_masked, a, w, ids, 16, out)
+    assert "num_tokens is required" in raises_invalid(chord.indexed_gemm, a, w, ids, ids, post, 8, 16, out,
+                                                      sorted_token_ids_capacity=256, expert_ids_capacity=16)
+
+
+def test_indexed_block_m(chord):
+    assert chord.indexed_block_m("mma", 48, 4096, 7168, 160) == 8
+    assert chord.indexed_block_m(chord.W4a16Layout.WGMMA_K64, 48, 4096, 7168, 48 * 170, "auto") == 96
+    assert "layout must be WGMMA_K64 (0) or MMA (2)" in raises_invalid(chord.indexed_block_m, "wgmma_k128", 48,
+                                                                       4096, 7168, 160)
+    with pytest.raises(ValueError, match="not a valid IndexedProfile"):
+        chord.indexed_block_m("mma", 48, 4096, 7168, 160, profile=7)
+    bm = ctypes.c_int32(5)
+    assert chord.lib().chord_indexed_block_m(2, 48, 4096, 7168, 160, 7, ctypes.byref(bm)) == INVALID
+    assert "profile must be in [0, 2], got 7" in chord.last_error()
+    assert bm.value == 0
 
 
 # ---- sparse MLA: record sizes and the cache writer's raw-pointer mode ------------------------------------------

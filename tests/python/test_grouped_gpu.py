@@ -23,7 +23,7 @@ if not torch.cuda.is_available():
     pytest.skip("no CUDA device visible to torch", allow_module_level=True)
 
 import chordrt  # noqa: E402
-from chordrt import GroupedMode  # noqa: E402
+from chordrt import W4a16Layout  # noqa: E402
 from chordrt import moe_reference as mr  # noqa: E402
 from w4a16_testing import (  # noqa: E402
     DEV, MAX_REL_ERR, MIN_COSINE, activations, check, checkpoint_weight, dequantized, exact_fp32, nan_out, require_sm90)
@@ -33,8 +33,9 @@ ROW_ALIGN = 128  # contiguous: each expert's rows padded to a multiple of this
 KIMI = {"gate_up": (4096, 7168), "down": (7168, 2048)}
 KIMI_EXPERTS = (48, 24, 12)
 SMALL = {"small": (256, 512, 3), "odd": (384, 640, 5), "k576": (256, 576, 2)}  # (N, K, E); k576: contiguous only
-CONTIGUOUS = GroupedMode.CONTIGUOUS
-MASKED = GroupedMode.MASKED
+# The weight layout each GEMM reads (also how these tests name the two GEMMs).
+CONTIGUOUS = W4a16Layout.WGMMA_K64
+MASKED = W4a16Layout.WGMMA_K128
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -46,7 +47,7 @@ def _driver(chord):
 
 
 _sources = {}  # (N, K, E, seed) -> (words, scale); Kimi shapes are generated once with 48 experts
-_packed = {}  # (N, K, E, seed, mode) -> GroupedPackedWeight
+_packed = {}  # (N, K, E, seed, layout) -> W4a16PackedWeight
 
 
 def source(n, k, e, seed=0):
@@ -63,10 +64,10 @@ def source(n, k, e, seed=0):
 
 
 def packed(n, k, e, mode, seed=0):
-    key = (n, k, e, seed, GroupedMode(mode))
+    key = (n, k, e, seed, W4a16Layout(mode))
     if key not in _packed:
         words, scale = source(n, k, e, seed)
-        _packed[key] = chordrt.grouped_pack(words, scale, mode)
+        _packed[key] = chordrt.w4a16_pack(words, scale, mode)
     return _packed[key]
 
 
@@ -350,35 +351,36 @@ def test_deterministic_across_runs(mode):
 def test_weight_sizes_and_packed_weight():
     n, k, e = SMALL["small"]
     for mode in (CONTIGUOUS, MASKED):
-        pb, sb = chordrt.grouped_weight_sizes(mode, e, n, k)
+        pb, sb = chordrt.w4a16_weight_sizes(mode, e, n, k)
         assert pb >= e * n * k // 2 and sb >= e * n * (k // 32) * 2, (mode, pb, sb)
         w = packed(n, k, e, mode)
-        assert isinstance(w, chordrt.GroupedPackedWeight)
-        assert (w.mode, w.num_experts, w.n, w.k) == (mode, e, n, k)
+        assert isinstance(w, chordrt.W4a16PackedWeight)
+        assert (w.layout, w.num_experts, w.n, w.k) == (mode, e, n, k)
         assert w.packed.dtype == torch.uint8 and w.packed.numel() >= pb
         assert w.scale.dtype == torch.bfloat16 and 2 * w.scale.numel() >= sb
         assert w.struct.packed == w.packed.data_ptr() and w.struct.scale == w.scale.data_ptr()
-        assert w.struct.struct_size == ctypes.sizeof(chordrt.GroupedWeight)
+        assert w.struct.struct_size == ctypes.sizeof(chordrt.W4a16Weight)
 
 
 def test_pack_into_caller_buffers():
     n, k, e = SMALL["small"]
     words, scale = source(n, k, e)
-    pb, sb = chordrt.grouped_weight_sizes("masked", e, n, k)
+    pb, sb = chordrt.w4a16_weight_sizes("wgmma_k128", e, n, k)
     buf = torch.empty(pb, dtype=torch.uint8, device=DEV)
     sbuf = torch.empty(sb // 2, dtype=torch.bfloat16, device=DEV)
-    w = chordrt.grouped_pack(words, scale, "masked", packed=buf, scale=sbuf)
+    w = chordrt.w4a16_pack(words, scale, "wgmma_k128", packed=buf, scale=sbuf)
     assert w.packed is buf and w.scale is sbuf
     reference_w = packed(n, k, e, MASKED)
     torch.cuda.synchronize()
     assert torch.equal(buf, reference_w.packed[:pb]) and torch.equal(sbuf.view(torch.int16),
                                                                      reference_w.scale[: sb // 2].view(torch.int16))
     with pytest.raises(chordrt.ChordError, match="packed"):
-        chordrt.grouped_pack(words, scale, "masked", packed=buf[: pb - 16])
+        chordrt.w4a16_pack(words, scale, "wgmma_k128", packed=buf[: pb - 16])
 
 
-@pytest.mark.parametrize("packed_for, call", [(CONTIGUOUS, "masked"), (MASKED, "contiguous")])
-def test_mode_mismatch_is_rejected(packed_for, call):
+@pytest.mark.parametrize("packed_for, call", [(CONTIGUOUS, "masked"), (MASKED, "contiguous"),
+                                              (W4a16Layout.MMA, "contiguous"), (W4a16Layout.MMA, "masked")])
+def test_layout_mismatch_is_rejected(packed_for, call):
     n, k, e = SMALL["small"]
     w = packed(n, k, e, packed_for)
     a = activations(e * 128, k, 1)
@@ -400,7 +402,8 @@ def test_mode_mismatch_is_rejected(packed_for, call):
         err = excinfo.value
         print(f"{what}: {err}")
         assert err.status is chordrt.Status.INVALID_ARGUMENT, (what, err)
-        assert "mode" in err.message and packed_for.name.lower() in err.message, (what, err.message)
+        needs = "WGMMA_K128" if call == "masked" else "WGMMA_K64"
+        assert f"weight has layout {packed_for.name};" in err.message and needs in err.message, (what, err.message)
     torch.cuda.synchronize()
     assert torch.isnan(out.float()).all(), "a rejected call wrote its output"
 
@@ -413,7 +416,7 @@ def test_edited_weight_struct_is_rejected():
     a = activations(ids.numel(), k, 1)
     out = nan_out(ids.numel(), n)
     for field, value in (("n", n - 128), ("num_experts", e - 1), ("scale", w.struct.scale + 256)):
-        forged = chordrt.GroupedWeight.from_buffer_copy(w.struct)
+        forged = chordrt.W4a16Weight.from_buffer_copy(w.struct)
         setattr(forged, field, value)
         with pytest.raises(chordrt.ChordError) as excinfo:
             chordrt.grouped_contiguous(a.data_ptr(), forged, ids.data_ptr(), out.data_ptr(),
@@ -432,7 +435,7 @@ def test_unsupported_schemes_are_rejected(mode, scheme):
     n, k, e = SMALL["small"]
     words, scale = source(n, k, e)
     with pytest.raises(chordrt.ChordError) as excinfo:
-        chordrt.grouped_pack(words, scale, mode, **scheme)
+        chordrt.w4a16_pack(words, scale, mode, **scheme)
     err = excinfo.value
     print(err)
     assert err.status is chordrt.Status.UNSUPPORTED, err
@@ -452,7 +455,7 @@ def test_unsupported_schemes_are_rejected(mode, scheme):
 def test_bad_shapes_are_rejected(mode, n, k, words):
     w, s = checkpoint_weight(2, n, k, seed=3)
     with pytest.raises(chordrt.ChordError) as excinfo:
-        chordrt.grouped_pack(w, s, mode)
+        chordrt.w4a16_pack(w, s, mode)
     err = excinfo.value
     print(err)
     assert err.status is chordrt.Status.INVALID_ARGUMENT, err
@@ -469,10 +472,10 @@ def test_binding_checks_tensors():
     a = activations(ids.numel(), k, 1)
     mm = torch.full((e,), 7, dtype=torch.int32, device=DEV)
     cases = [
-        ("weight_packed", lambda: chordrt.grouped_pack(words.to(torch.int64), scale, CONTIGUOUS)),
-        ("weight_scale", lambda: chordrt.grouped_pack(words, scale.float(), CONTIGUOUS)),
-        ("weight_scale", lambda: chordrt.grouped_pack(words, scale[:, :, :-1].contiguous(), CONTIGUOUS)),
-        ("k=", lambda: chordrt.grouped_pack(words, scale, CONTIGUOUS, k=2 * k)),
+        ("weight_packed", lambda: chordrt.w4a16_pack(words.to(torch.int64), scale, CONTIGUOUS)),
+        ("weight_scale", lambda: chordrt.w4a16_pack(words, scale.float(), CONTIGUOUS)),
+        ("weight_scale", lambda: chordrt.w4a16_pack(words, scale[:, :, :-1].contiguous(), CONTIGUOUS)),
+        ("k=", lambda: chordrt.w4a16_pack(words, scale, CONTIGUOUS, k=2 * k)),
         ("a", lambda: chordrt.grouped_contiguous(a.float(), cw, ids)),
         ("a", lambda: chordrt.grouped_contiguous(a[:, : k // 2].contiguous(), cw, ids)),
         ("a", lambda: chordrt.grouped_contiguous(a.t(), cw, ids)),  # not contiguous
@@ -496,9 +499,9 @@ def test_binding_checks_tensors():
         assert excinfo.value.status is chordrt.Status.INVALID_ARGUMENT, (word, excinfo.value)
         assert word in excinfo.value.message, (word, excinfo.value.message)
     with pytest.raises(ValueError):
-        chordrt.grouped_pack(words, scale, 2)
+        chordrt.w4a16_pack(words, scale, 3)
     with pytest.raises(ValueError):
-        chordrt.grouped_pack(words, scale, "dense")
+        chordrt.w4a16_pack(words, scale, "contiguous")
 
 
 def test_library_checks_counts_and_hints():
@@ -531,13 +534,13 @@ OVERRIDE_CHILD = textwrap.dedent(
     saved = torch.load({saved!r})
     result = {{}}
     for name, case in saved.items():
-        n, k, e, mode = case["n"], case["k"], case["e"], chordrt.GroupedMode(case["mode"])
+        n, k, e, mode = case["n"], case["k"], case["e"], chordrt.W4a16Layout(case["mode"])
         words, scale = t.source(n, k, e)
         w = t.packed(n, k, e, mode)
         a, written = case["a"].to(t.DEV), case["written"].to(t.DEV)
         out = t.nan_out(a.shape[0], n)
         try:
-            if mode == chordrt.GroupedMode.CONTIGUOUS:
+            if mode == chordrt.W4a16Layout.WGMMA_K64:
                 ids = case["routing"].to(t.DEV)
                 chordrt.grouped_contiguous(a, w, ids, out=out)
                 expert_of_row = ids

@@ -18,12 +18,12 @@ if not torch.cuda.is_available():
     pytest.skip("no CUDA device visible to torch", allow_module_level=True)
 
 import chordrt  # noqa: E402
-from chordrt import IndexedLayout  # noqa: E402
+from chordrt import W4a16Layout  # noqa: E402
 from chordrt import moe_reference as mr  # noqa: E402
 from w4a16_testing import (  # noqa: E402
     DEV, activations, check, checkpoint_weight, dequantized, exact_fp32, nan_out, require_sm90)
 
-WGMMA, MMA = IndexedLayout.WGMMA, IndexedLayout.MMA
+WGMMA, MMA = W4a16Layout.WGMMA_K64, W4a16Layout.MMA
 KIMI_EP8 = {"gate_up": (4096, 7168, 48), "down": (7168, 2048, 48)}  # (N, K, local experts); 384 global
 KIMI_TP8 = {"gate_up": (512, 7168, 384), "down": (7168, 256, 384)}
 GLOBAL = 384
@@ -44,10 +44,10 @@ def source(n, k, e):
 
 
 def packed(n, k, e, layout):
-    key = (n, k, e, IndexedLayout(layout))
+    key = (n, k, e, W4a16Layout(layout))
     if key not in _packed:
         words, scale = source(n, k, e)
-        _packed[key] = chordrt.indexed_pack(words, scale, layout)
+        _packed[key] = chordrt.w4a16_pack(words, scale, layout)
     return _packed[key]
 
 
@@ -299,8 +299,10 @@ def test_validation_refuses_to_run_while_capturing():
             chordrt.indexed_gemm(validate=True, **c)
 
 
-@pytest.mark.parametrize("layout, bm, word", [(MMA, 64, "wgmma layout"), (MMA, 12, "8, 16, 24 or 32"),
-                                               (WGMMA, 12, "steps of 8"), (WGMMA, 264, "steps of 8")])
+@pytest.mark.parametrize("layout, bm, word", [(MMA, 64, "pack with layout WGMMA_K64 for larger blocks"),
+                                               (MMA, 12, "multiple of 8 in [8, 32] for layout MMA"),
+                                               (WGMMA, 12, "multiple of 8 in [8, 256] for layout WGMMA_K64"),
+                                               (WGMMA, 264, "multiple of 8 in [8, 256] for layout WGMMA_K64")])
 def test_block_m_outside_the_layout_is_rejected(layout, bm, word):
     c = _valid_call(layout)
     c["block_m"] = bm
@@ -310,20 +312,41 @@ def test_block_m_outside_the_layout_is_rejected(layout, bm, word):
     assert word in excinfo.value.message
 
 
-def test_grouped_weight_is_not_an_indexed_weight():
+def test_the_masked_layout_is_not_an_indexed_weight():
     c = _valid_call()
     words, scale = source(256, 512, 6)
-    c["weight"] = chordrt.grouped_pack(words, scale, "contiguous")
-    with pytest.raises(chordrt.ChordError, match="IndexedPackedWeight"):
+    c["weight"] = chordrt.w4a16_pack(words, scale, "wgmma_k128")
+    with pytest.raises(chordrt.ChordError, match="weight has layout WGMMA_K128; indexed_gemm needs a weight packed "
+                                                 "with layout WGMMA_K64"):
         chordrt.indexed_gemm(**c)
+    with pytest.raises(chordrt.ChordError, match="weight must be a W4a16PackedWeight"):
+        chordrt.indexed_gemm(**dict(c, weight=(c["weight"].packed, c["weight"].scale)))
+
+
+def test_one_k64_weight_serves_the_indexed_prefill_and_grouped_contiguous():
+    """The point of one weight type: the WGMMA_K64 copy the indexed prefill reads is the grouped
+    contiguous GEMM's too."""
+    n, k, e = 256, 512, 6
+    out, (a, w, *_rest) = run(WGMMA, n, k, e, 40, 2, block_m=32, seed=20)
+    assert w is packed(n, k, e, WGMMA) and w.layout is W4a16Layout.WGMMA_K64
+    words, scale = source(n, k, e)
+    ids = torch.arange(e, dtype=torch.int32, device=DEV).repeat_interleave(128)  # 128 rows per expert
+    x = activations(ids.numel(), k, 21)
+    got = chordrt.grouped_contiguous(x, w, ids, out=nan_out(ids.numel(), n))
+    torch.cuda.synchronize()
+    ref = torch.empty((ids.numel(), n), dtype=torch.float32, device=DEV)
+    with exact_fp32():
+        for ex in range(e):
+            ref[ex * 128:(ex + 1) * 128] = x[ex * 128:(ex + 1) * 128].float() @ dequantized(words, scale, ex).T
+    check(got, ref, torch.ones(ids.numel(), dtype=torch.bool, device=DEV), "grouped_contiguous on the indexed weight")
 
 
 def test_edited_weight_struct_is_rejected():
     c = _valid_call()
-    for field, value in (("n", 128), ("layout", 1 - c["weight"].struct.layout), ("packed", c["weight"].struct.packed + 256)):
-        forged = chordrt.IndexedWeight.from_buffer_copy(c["weight"].struct)
+    for field, value in (("n", 128), ("layout", int(WGMMA)), ("packed", c["weight"].struct.packed + 256)):
+        forged = chordrt.W4a16Weight.from_buffer_copy(c["weight"].struct)
         setattr(forged, field, value)
-        with pytest.raises(chordrt.ChordError, match="indexed_pack"):  # raw pointers: the library checks
+        with pytest.raises(chordrt.ChordError, match="w4a16_pack"):  # raw pointers: the library checks
             chordrt.indexed_gemm(c["a"].data_ptr(), forged, c["sorted_token_ids"].data_ptr(),
                                  c["expert_ids"].data_ptr(), c["num_tokens_post_padded"].data_ptr(), c["top_k"],
                                  c["block_m"], c["out"].data_ptr(), torch.cuda.current_stream().cuda_stream,
@@ -335,7 +358,7 @@ def test_edited_weight_struct_is_rejected():
 def test_unsupported_schemes_are_rejected(scheme):
     words, scale = source(256, 512, 6)
     with pytest.raises(chordrt.ChordError) as excinfo:
-        chordrt.indexed_pack(words, scale, MMA, **scheme)
+        chordrt.w4a16_pack(words, scale, MMA, **scheme)
     assert excinfo.value.status is chordrt.Status.UNSUPPORTED
 
 
@@ -343,7 +366,7 @@ def test_unsupported_schemes_are_rejected(scheme):
 def test_bad_shapes_are_rejected(n, k, word):
     w, s = checkpoint_weight(2, n, k, seed=3)
     with pytest.raises(chordrt.ChordError) as excinfo:
-        chordrt.indexed_pack(w, s, WGMMA)
+        chordrt.w4a16_pack(w, s, WGMMA)
     assert excinfo.value.status is chordrt.Status.INVALID_ARGUMENT
     assert word in excinfo.value.message
 

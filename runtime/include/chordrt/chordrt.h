@@ -190,109 +190,91 @@ typedef struct chord_warp_decode_moe_args {
  * summed in FP32 with the routing weights folded in, written once). No moe_align, padding or combine. */
 CHORD_API chord_status_t chord_warp_decode_moe(const chord_warp_decode_moe_args_t* args, CUstream stream);
 
-/* ---- W4A16 grouped MoE GEMMs (SM90: contiguous prefill, masked decode) ------------------------------ */
-typedef enum chord_grouped_mode {
-  CHORD_GROUPED_CONTIGUOUS = 0, /* prefill: rows concatenated per expert, padded to 128; packs BLOCK_K 64 */
-  CHORD_GROUPED_MASKED = 1      /* decode: a fixed row budget per expert, counts on the device; BLOCK_K 128 */
-} chord_grouped_mode_t;
+/* ---- W4A16 MoE weights (shared by the grouped and indexed GEMM families) --------------------------- */
+typedef enum chord_w4a16_layout {
+  CHORD_W4A16_LAYOUT_WGMMA_K64 = 0,  /* WGMMA, BLOCK_K 64: grouped contiguous (prefill) and indexed prefill */
+  CHORD_W4A16_LAYOUT_WGMMA_K128 = 1, /* WGMMA, BLOCK_K 128: grouped masked (decode) */
+  CHORD_W4A16_LAYOUT_MMA = 2         /* mma.sync swap-AB: indexed decode (block_m 8..32) */
+} chord_w4a16_layout_t;
 
-/* A weight packed for one grouped mode. Filled by chord_grouped_pack; the GEMMs check every field (and
- * the tag, which binds them together) and reject a weight packed for the other mode. The caller owns the
- * two device buffers. */
-typedef struct chord_grouped_weight {
+/* A W4A16 weight packed for one layout. Filled by chord_w4a16_pack; every GEMM checks every field (and
+ * the tag, which binds them together) and rejects a weight of a layout it cannot read, naming the
+ * layout it needs. The caller owns the two device buffers. */
+typedef struct chord_w4a16_weight {
   size_t struct_size;
-  int32_t mode; /* a chord_grouped_mode_t */
+  int32_t layout; /* a chord_w4a16_layout_t */
   int32_t num_experts;
   int32_t n; /* output features per expert, a multiple of 128 */
-  int32_t k; /* input features, a multiple of 64 (contiguous) or 128 (masked) */
+  int32_t k; /* input features, a multiple of 64 (128 for WGMMA_K128) */
   void* packed;
-  void* scale; /* BF16 [E, K/32, N] */
+  void* scale;
   uint64_t tag;
-} chord_grouped_weight_t;
+} chord_w4a16_weight_t;
+#define CHORD_W4A16_WEIGHT_MIN_SIZE sizeof(chord_w4a16_weight_t)
 
 /* Device bytes the packed weight and its scales need (both 0 and INVALID_ARGUMENT for a bad shape). */
-CHORD_API chord_status_t chord_grouped_weight_sizes(int32_t mode, int32_t num_experts, int32_t n, int32_t k,
-                                                    size_t* packed_bytes, size_t* scale_bytes);
+CHORD_API chord_status_t chord_w4a16_weight_sizes(int32_t layout, int32_t num_experts, int32_t n, int32_t k,
+                                                  size_t* packed_bytes, size_t* scale_bytes);
 
-typedef struct chord_grouped_pack_args {
+typedef struct chord_w4a16_pack_args {
   size_t struct_size;
-  int32_t mode;
+  int32_t layout; /* a chord_w4a16_layout_t */
   int32_t num_experts, n, k;
   /* The checkpoint's quantization scheme; anything but 4 bits, group 32, symmetric, BF16 scales is
    * rejected with CHORD_ERROR_UNSUPPORTED. */
   int32_t bits, group_size, symmetric, scale_is_bf16;
   const void* weight_packed; /* int32 [E, N, K/8], nibble = q + 8, least significant first along K */
   const void* weight_scale;  /* BF16 [E, N, K/32] */
-  void* packed;              /* >= packed_bytes of chord_grouped_weight_sizes, 16-byte aligned */
+  void* packed;              /* >= packed_bytes of chord_w4a16_weight_sizes, 16-byte aligned */
   size_t packed_bytes;
   void* scale; /* >= scale_bytes, 16-byte aligned */
   size_t scale_bytes;
-} chord_grouped_pack_args_t;
+} chord_w4a16_pack_args_t;
+#define CHORD_W4A16_PACK_ARGS_MIN_SIZE sizeof(chord_w4a16_pack_args_t)
 
 /* Launches the packer on `stream` and fills *weight (usable once the stream reaches that point). */
-CHORD_API chord_status_t chord_grouped_pack(const chord_grouped_pack_args_t* args, chord_grouped_weight_t* weight,
-                                            CUstream stream);
+CHORD_API chord_status_t chord_w4a16_pack(const chord_w4a16_pack_args_t* args, chord_w4a16_weight_t* weight,
+                                          CUstream stream);
 
-/* out[m, N] BF16 = a[m, K] BF16 times the weight of expert m_indices[row] (int32 [m]). Each expert's rows
- * are contiguous and padded to a multiple of 128; -1 marks a padding row, which is skipped and not
- * written (nor is a row whose id is outside [0, E)). m may be 0. */
-CHORD_API chord_status_t chord_grouped_contiguous(const void* a, int64_t m, const chord_grouped_weight_t* weight,
-                                                  const int32_t* m_indices, void* out, CUstream stream);
+/* ---- W4A16 grouped MoE GEMMs (SM90: contiguous prefill, masked decode) ------------------------------ */
+typedef struct chord_grouped_contiguous_args {
+  size_t struct_size;
+  const void* a;                      /* [m, K] BF16, 16-byte aligned */
+  int64_t m;                          /* rows of a (may be 0) */
+  const chord_w4a16_weight_t* weight; /* layout WGMMA_K64 */
+  const int32_t* m_indices;           /* [m] expert of each row; -1 = padding row */
+  void* out;                          /* [m, N] BF16 */
+} chord_grouped_contiguous_args_t;
+#define CHORD_GROUPED_CONTIGUOUS_ARGS_MIN_SIZE sizeof(chord_grouped_contiguous_args_t)
 
-/* out[G*max_m, N] BF16 (flat) = a[G*max_m, K] (or [G, max_m, K]) times expert g's weight for the first
- * masked_m[g] rows of each group g (int32 [G] on the device, clamped to [0, max_m], never read by the
- * host); other rows are untouched. expected_m (> 0, host) only picks the kernel configuration. */
-CHORD_API chord_status_t chord_grouped_masked(const void* a, int32_t max_m, const chord_grouped_weight_t* weight,
-                                              const int32_t* masked_m, int32_t expected_m, void* out, CUstream stream);
+/* out = a times the weight of expert m_indices[row]. Each expert's rows are contiguous and padded to a
+ * multiple of 128; a padding row (-1, or an id outside [0, E)) is skipped and not written. */
+CHORD_API chord_status_t chord_grouped_contiguous(const chord_grouped_contiguous_args_t* args, CUstream stream);
+
+typedef struct chord_grouped_masked_args {
+  size_t struct_size;
+  const void* a; /* [G*max_m, K] (or [G, max_m, K]) BF16, 16-byte aligned */
+  int32_t max_m;
+  const chord_w4a16_weight_t* weight; /* layout WGMMA_K128 */
+  const int32_t* masked_m;            /* [G] on the device: rows of group g, clamped to [0, max_m] */
+  int32_t expected_m;                 /* > 0, host: only picks the kernel configuration */
+  void* out;                          /* [G*max_m, N] BF16 (flat); rows past masked_m[g] untouched */
+} chord_grouped_masked_args_t;
+#define CHORD_GROUPED_MASKED_ARGS_MIN_SIZE sizeof(chord_grouped_masked_args_t)
+
+/* out = a times expert g's weight for the first masked_m[g] rows of each group g (never read by the
+ * host: graph-capturable). */
+CHORD_API chord_status_t chord_grouped_masked(const chord_grouped_masked_args_t* args, CUstream stream);
 
 /* ---- W4A16 indexed MoE GEMMs (vLLM routing: sorted_token_ids / expert_ids / num_tokens_post_padded) -- */
-typedef enum chord_indexed_layout {
-  CHORD_INDEXED_WGMMA = 0, /* prefill / mixed: the WGMMA kernel (register-A dequant, tokens on wgmma N) */
-  CHORD_INDEXED_MMA = 1    /* decode: the mma.sync kernel with operands swapped, block_m 8..32 */
-} chord_indexed_layout_t;
-
 typedef enum chord_indexed_profile {
   CHORD_INDEXED_PROFILE_AUTO = 0, /* deduced from the shape: TP when N or K < 1024 */
   CHORD_INDEXED_PROFILE_EP = 1,   /* a few wide experts per GPU */
   CHORD_INDEXED_PROFILE_TP = 2    /* every expert, sliced narrow */
 } chord_indexed_profile_t;
 
-/* A weight packed for one indexed layout. Filled by chord_indexed_pack; the GEMM checks every field (and
- * the tag, which binds them) and rejects a weight of the other layout. The caller owns both buffers. */
-typedef struct chord_indexed_weight {
-  size_t struct_size;
-  int32_t layout; /* a chord_indexed_layout_t */
-  int32_t num_experts;
-  int32_t n; /* output features per expert, a multiple of 128 */
-  int32_t k; /* input features, a multiple of 64 */
-  void* packed;
-  void* scale;
-  uint64_t tag;
-} chord_indexed_weight_t;
-
-/* Device bytes the packed weight and its scales need (both 0 and INVALID_ARGUMENT for a bad shape). */
-CHORD_API chord_status_t chord_indexed_weight_sizes(int32_t layout, int32_t num_experts, int32_t n, int32_t k,
-                                                    size_t* packed_bytes, size_t* scale_bytes);
-
-/* As chord_grouped_pack_args_t, with a layout instead of a mode. */
-typedef struct chord_indexed_pack_args {
-  size_t struct_size;
-  int32_t layout;
-  int32_t num_experts, n, k;
-  int32_t bits, group_size, symmetric, scale_is_bf16; /* only 4 / 32 / 1 / 1 is served (else UNSUPPORTED) */
-  const void* weight_packed;                          /* int32 [E, N, K/8], nibble = q + 8 */
-  const void* weight_scale;                           /* BF16 [E, N, K/32] */
-  void* packed;                                       /* >= packed_bytes of chord_indexed_weight_sizes */
-  size_t packed_bytes;
-  void* scale;
-  size_t scale_bytes;
-} chord_indexed_pack_args_t;
-
-CHORD_API chord_status_t chord_indexed_pack(const chord_indexed_pack_args_t* args, chord_indexed_weight_t* weight,
-                                            CUstream stream);
-
 /* The block_m to build the routing with (moe_align's block_size) for `routed_rows` routes landing on this
- * GPU's num_experts experts, for a weight of `layout` with this N and K. profile: a
+ * GPU's num_experts experts, for a weight of `layout` (WGMMA_K64 or MMA) with this N and K. profile: a
  * chord_indexed_profile_t. */
 CHORD_API chord_status_t chord_indexed_block_m(int32_t layout, int32_t num_experts, int32_t n, int32_t k,
                                                int64_t routed_rows, int32_t profile, int32_t* block_m);
@@ -302,17 +284,19 @@ typedef struct chord_indexed_args {
   const void* a;      /* [num_tokens, K] BF16, 16-byte aligned: route r reads row r / top_k */
   int64_t num_tokens; /* rows of a (for the down projection: M*topk rows with top_k = 1) */
   int32_t top_k;      /* 1..64 */
-  int32_t block_m;    /* the routing's block size: wgmma layout 8..256 step 8, mma layout 8..32 step 8 */
-  const chord_indexed_weight_t* weight;
-  const int32_t* sorted_token_ids; /* [sorted_token_ids_capacity]: route ids, padding >= num_tokens*top_k */
+  int32_t block_m;    /* the routing's block size: WGMMA_K64 8..256 step 8, MMA 8..32 step 8 */
+  const chord_w4a16_weight_t* weight; /* layout WGMMA_K64 (prefill) or MMA (decode) */
+  const int32_t* sorted_token_ids;    /* [sorted_token_ids_capacity]: route ids, padding >= num_tokens*top_k */
   int64_t sorted_token_ids_capacity;
   const int32_t* expert_ids; /* [expert_ids_capacity]: one per block, -1 = not on this GPU (skipped) */
   int64_t expert_ids_capacity;
   const int32_t* num_tokens_post_padded; /* [1] on the device; never read by the host unless validating */
+  void* out; /* [num_tokens*top_k, N] BF16: row r = a[r / top_k] @ W[expert of r's block]^T; rows of
+                routes in no live block are not written */
+  /* Optional (may be left out of a smaller struct): */
   int32_t validate; /* 1: read the routing back and check it first (synchronizes; not while capturing) */
-  void* out;        /* [num_tokens*top_k, N] BF16: row r = a[r / top_k] @ W[expert of r's block]^T; rows of
-                       routes in no live block are not written */
 } chord_indexed_args_t;
+#define CHORD_INDEXED_ARGS_MIN_SIZE CHORD_ARGS_SIZE_UNTIL(chord_indexed_args_t, out)
 
 /* One projection over vLLM's routing: gate_up with top_k = topk on [M, K], down with top_k = 1 on the
  * [M*topk, I] activations, then chord_moe_combine. Graph-capturable when validate = 0. */

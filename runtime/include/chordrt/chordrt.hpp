@@ -69,26 +69,35 @@ inline void warp_decode_moe(const chord_warp_decode_moe_args_t& a, CUstream stre
   check(chord_warp_decode_moe(&a, stream));
 }
 
-// ---- W4A16 grouped MoE GEMMs ------------------------------------------------------------------------
-// As the chord_grouped_* functions (same structs); errors are thrown as chordrt::Error.
+// ---- W4A16 MoE weights and GEMMs (grouped, indexed) ---------------------------------------------------
 
-CHORD_API void grouped_weight_sizes(int32_t mode, int32_t num_experts, int32_t n, int32_t k, size_t* packed_bytes,
-                                    size_t* scale_bytes);
-CHORD_API chord_grouped_weight_t grouped_pack(const chord_grouped_pack_args_t& args, CUstream stream);
-CHORD_API void grouped_contiguous(const void* a, int64_t m, const chord_grouped_weight_t* weight,
-                                  const int32_t* m_indices, void* out, CUstream stream);
-CHORD_API void grouped_masked(const void* a, int32_t max_m, const chord_grouped_weight_t* weight,
-                              const int32_t* masked_m, int32_t expected_m, void* out, CUstream stream);
-
-// ---- W4A16 indexed MoE GEMMs ------------------------------------------------------------------------
-// As the chord_indexed_* functions (same structs); errors are thrown as chordrt::Error.
-
-CHORD_API void indexed_weight_sizes(int32_t layout, int32_t num_experts, int32_t n, int32_t k, size_t* packed_bytes,
-                                    size_t* scale_bytes);
-CHORD_API chord_indexed_weight_t indexed_pack(const chord_indexed_pack_args_t& args, CUstream stream);
-CHORD_API int32_t indexed_block_m(int32_t layout, int32_t num_experts, int32_t n, int32_t k, int64_t routed_rows,
-                                  int32_t profile = CHORD_INDEXED_PROFILE_AUTO);
-CHORD_API void indexed_gemm(const chord_indexed_args_t& args, CUstream stream);
+struct W4a16Sizes {
+  size_t packed_bytes, scale_bytes;
+};
+inline W4a16Sizes w4a16_weight_sizes(chord_w4a16_layout_t layout, int32_t num_experts, int32_t n, int32_t k) {
+  W4a16Sizes s{};
+  check(chord_w4a16_weight_sizes(layout, num_experts, n, k, &s.packed_bytes, &s.scale_bytes));
+  return s;
+}
+// The packed weight (its buffers are the args' packed / scale, usable once the stream reaches the packer).
+inline chord_w4a16_weight_t w4a16_pack(const chord_w4a16_pack_args_t& a, CUstream stream) {
+  auto w = args<chord_w4a16_weight_t>();
+  check(chord_w4a16_pack(&a, &w, stream));
+  return w;
+}
+inline void grouped_contiguous(const chord_grouped_contiguous_args_t& a, CUstream stream) {
+  check(chord_grouped_contiguous(&a, stream));
+}
+inline void grouped_masked(const chord_grouped_masked_args_t& a, CUstream stream) {
+  check(chord_grouped_masked(&a, stream));
+}
+inline int32_t indexed_block_m(chord_w4a16_layout_t layout, int32_t num_experts, int32_t n, int32_t k,
+                               int64_t routed_rows, chord_indexed_profile_t profile = CHORD_INDEXED_PROFILE_AUTO) {
+  int32_t block_m = 0;
+  check(chord_indexed_block_m(layout, num_experts, n, k, routed_rows, profile, &block_m));
+  return block_m;
+}
+inline void indexed_gemm(const chord_indexed_args_t& a, CUstream stream) { check(chord_indexed_gemm(&a, stream)); }
 
 // ---- Sparse MLA decode and the DSA indexer -----------------------------------------------------------
 // As the chord_* functions (same structs); errors are thrown as chordrt::Error.

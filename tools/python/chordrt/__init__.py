@@ -5,9 +5,9 @@
     chordrt.runtime_info()                  # driver / NVRTC / cache state
     chordrt.prewarm_model("kimi-k2", "ep8") # compile a deployment's kernels into the disk cache
     sorted_ids, expert_ids, n = chordrt.moe_align(topk_ids, num_experts=384, block_size=64)  # torch
-    w = chordrt.grouped_pack(weight_packed, weight_scale, chordrt.GroupedMode.MASKED)        # W4A16 MoE
+    w = chordrt.w4a16_pack(weight_packed, weight_scale, chordrt.W4a16Layout.WGMMA_K128)     # W4A16 MoE
     out = chordrt.grouped_masked(a, w, masked_m, expected_m=16)
-    w = chordrt.indexed_pack(weight_packed, weight_scale, chordrt.IndexedLayout.MMA)          # vLLM routing
+    w = chordrt.w4a16_pack(weight_packed, weight_scale, chordrt.W4a16Layout.MMA)            # vLLM routing
     out = chordrt.indexed_gemm(a, w, sorted_ids, expert_ids, n, top_k=8, block_m=16)
     logits = chordrt.dsa_indexer_logits(q, weights, cache, block_table, context_lens, page_size=64)  # DSA
     indices = chordrt.dsa_topk(logits, context_lens, 2048, block_table=block_table, page_size=64)
@@ -45,29 +45,15 @@ from ._glue import (
     moe_combine,
     silu_and_mul,
 )
-from ._api import (
-    GroupedPackedWeight,
-    grouped_contiguous,
-    grouped_masked,
-    grouped_pack,
-    grouped_weight_sizes,
-    warp_decode_moe,
-    warp_decode_moe_workspace_size,
-)
+from ._w4a16 import W4a16Layout, W4a16PackArgs, W4a16PackedWeight, W4a16Weight, w4a16_pack, w4a16_weight_sizes
+from ._grouped import GroupedContiguousArgs, GroupedMaskedArgs, grouped_contiguous, grouped_masked
+from ._indexed import IndexedArgs, IndexedProfile, indexed_block_m, indexed_gemm
+from ._api import warp_decode_moe, warp_decode_moe_workspace_size
 from ._dsa import dsa_indexer_logits, dsa_topk, indexer_cache_page_bytes, indexer_cache_write
-from ._indexed import IndexedPackedWeight, indexed_block_m, indexed_gemm, indexed_pack, indexed_weight_sizes
 from ._mla import mla_cache_record_bytes, mla_cache_write, sparse_mla_decode, sparse_mla_decode_workspace_size
 from ._lib import (
     DsaIndexerArgs,
     DsaTopkArgs,
-    GroupedMode,
-    GroupedPackArgs,
-    GroupedWeight,
-    IndexedArgs,
-    IndexedLayout,
-    IndexedPackArgs,
-    IndexedProfile,
-    IndexedWeight,
     IndexerCacheWriteArgs,
     MlaCacheFormat,
     MlaCacheWriteArgs,
@@ -84,16 +70,10 @@ __all__ = [
     "ChordError",
     "DsaIndexerArgs",
     "DsaTopkArgs",
-    "GroupedMode",
-    "GroupedPackArgs",
-    "GroupedPackedWeight",
-    "GroupedWeight",
+    "GroupedContiguousArgs",
+    "GroupedMaskedArgs",
     "IndexedArgs",
-    "IndexedLayout",
-    "IndexedPackArgs",
-    "IndexedPackedWeight",
     "IndexedProfile",
-    "IndexedWeight",
     "IndexerCacheWriteArgs",
     "LibraryNotFoundError",
     "MlaCacheFormat",
@@ -105,6 +85,10 @@ __all__ = [
     "SiluAndMulArgs",
     "SparseMlaDecodeArgs",
     "Status",
+    "W4a16Layout",
+    "W4a16PackArgs",
+    "W4a16PackedWeight",
+    "W4a16Weight",
     "WarpDecodeMoeArgs",
     "WeightFormat",
     "abi_version",
@@ -112,12 +96,8 @@ __all__ = [
     "dsa_topk",
     "grouped_contiguous",
     "grouped_masked",
-    "grouped_pack",
-    "grouped_weight_sizes",
     "indexed_block_m",
     "indexed_gemm",
-    "indexed_pack",
-    "indexed_weight_sizes",
     "indexer_cache_page_bytes",
     "indexer_cache_write",
     "last_error",
@@ -137,6 +117,8 @@ __all__ = [
     "sparse_mla_decode_workspace_size",
     "status_string",
     "version",
+    "w4a16_pack",
+    "w4a16_weight_sizes",
     "warp_decode_moe",
     "warp_decode_moe_workspace_size",
 ]

@@ -1,0 +1,92 @@
+// The W4A16 grouped GEMM's contract (kernels_src/grouped/gemm.cuh; also the indexed family's prefill,
+// which runs it in its gathering mode): the modes, the template ranges, the tile constants and the
+// shared-memory layout, shared by the kernel, heuristics/grouped and runtime/ops.
+#pragma once
+
+#include "common/host_device.cuh"
+#include "w4a16/params.cuh"
+
+namespace chord::grouped {
+
+// The MODE template argument.
+enum : int { kContiguous = 0, kMasked = 1, kIndexed = 2 };
+
+constexpr int kSliceRows = 64;  // weight rows of one wgmma (M)
+constexpr int kGroup = w4a16::kGroup;
+constexpr int kConsumers = 2;  // consumer warpgroups; warpgroup 0 produces
+constexpr int kThreads = 128 * (1 + kConsumers);
+constexpr int kProducerRegisters = 40;   // setmaxnreg of the producer warpgroup
+constexpr int kConsumerRegisters = 232;  // and of each consumer
+constexpr int kMaxExperts = w4a16::kMaxExperts;
+constexpr int kMinBlockM = 8, kMaxBlockM = 256;  // wgmma N: tokens per tile, a multiple of 8
+constexpr int kMaxSlices = 2;                    // 64-row slices per consumer
+constexpr int kMinStages = 2, kMaxStages = 16;
+constexpr int kSmemAlign = 1024;  // the kernel aligns its dynamic shared memory (128-byte swizzle atoms)
+
+// The packed layout each mode reads, and its K block (a stage holds one).
+CHORD_HD constexpr w4a16::Layout layout_of_mode(int mode) {
+  return mode == kMasked ? w4a16::Layout::kWgmmaK128 : w4a16::Layout::kWgmmaK64;
+}
+CHORD_HD constexpr int block_k_of_mode(int mode) { return w4a16::block_k(layout_of_mode(mode)); }
+
+// Weight rows of a tile: both consumers' slices.
+CHORD_HD constexpr int block_n(int slices) { return kConsumers * slices * kSliceRows; }
+
+// The dynamic shared memory (bytes from the 1024-aligned base): STAGES ring stages of [activation
+// tile | packed weights | scales], the two consumers' epilogue tiles, the full/empty barriers, the
+// masked scheduler's prefix table [experts + 1], then the gathering producers' token rows [BM].
+struct GemmSmemLayout {
+  int act_chunk_bytes;  // BM rows x 64 BF16, 128-byte swizzled
+  int act_bytes, block_n, weight_bytes, scale_bytes, stage_bytes;
+  int epilogue_pitch;  // BF16 per token row (+16 bytes: banks)
+  int epilogue_bytes, barrier_offset, prefix_offset;
+};
+CHORD_HD constexpr GemmSmemLayout gemm_smem_layout(int bm, int slices, int block_k, int stages) {
+  GemmSmemLayout l{};
+  l.act_chunk_bytes = bm * 128;
+  l.act_bytes = block_k / 64 * l.act_chunk_bytes;
+  l.block_n = block_n(slices);
+  l.weight_bytes = l.block_n * block_k / 2;
+  l.scale_bytes = block_k / kGroup * l.block_n * 2;
+  l.stage_bytes = (l.act_bytes + l.weight_bytes + l.scale_bytes + 1023) / 1024 * 1024;
+  l.epilogue_pitch = slices * kSliceRows + 8;
+  l.epilogue_bytes = 2 * bm * l.epilogue_pitch * 2;
+  l.barrier_offset = stages * l.stage_bytes + l.epilogue_bytes;
+  l.prefix_offset = l.barrier_offset + 2 * stages * 8;
+  return l;
+}
+CHORD_HD constexpr int gemm_row_table_offset(const GemmSmemLayout& l, int experts) {
+  return l.prefix_offset + (experts + 1) * 4;
+}
+// What a launch of (mode, bm, slices, stages, experts) needs, the alignment slack included.
+CHORD_HD constexpr int gemm_smem_bytes(int mode, int bm, int slices, int stages, int experts) {
+  const GemmSmemLayout l = gemm_smem_layout(bm, slices, block_k_of_mode(mode), stages);
+  return gemm_row_table_offset(l, experts) + (mode == kIndexed ? 4 * bm : 0) + kSmemAlign;
+}
+
+// The layout as the kernel names it.
+template <int BM, int SLICES, int BLOCK_K, int STAGES>
+struct GemmSmem {
+  static constexpr GemmSmemLayout kLayout = gemm_smem_layout(BM, SLICES, BLOCK_K, STAGES);
+  static constexpr int kActChunkBytes = kLayout.act_chunk_bytes;
+  static constexpr int kActBytes = kLayout.act_bytes;
+  static constexpr int kBlockN = kLayout.block_n;
+  static constexpr int kWeightBytes = kLayout.weight_bytes;
+  static constexpr int kScaleBytes = kLayout.scale_bytes;
+  static constexpr int kStageBytes = kLayout.stage_bytes;
+  static constexpr int kEpiloguePitch = kLayout.epilogue_pitch;
+  static constexpr int kEpilogueBytes = kLayout.epilogue_bytes;
+  static constexpr int kBarrierOffset = kLayout.barrier_offset;
+  static constexpr int kPrefixOffset = kLayout.prefix_offset;
+  // Indexed: the token row (or -1) of each of the tile's BM sorted slots, for the gathering producers.
+  static constexpr int row_table_offset(int experts) { return gemm_row_table_offset(kLayout, experts); }
+};
+
+// CUtensorMap as the kernel sees it: 128 opaque bytes, passed by value as a __grid_constant__ parameter
+// (the host static_asserts CUtensorMap against it).
+struct alignas(64) TensorMap {
+  uint64_t opaque[16];
+};
+static_assert(sizeof(TensorMap) == 128 && alignof(TensorMap) == 64, "CUtensorMap's size and alignment");
+
+}  // namespace chord::grouped
