@@ -56,7 +56,8 @@ class JitFamily {
     return k;
   }
 
-  static const LoadedKernel& kernel(const Key& key, const ContextState& ctx, CUstream stream) {
+  // The key by value: GCC 13 flags a returned reference bound next to a temporary key (a false positive).
+  static const LoadedKernel& kernel(Key key, const ContextState& ctx, CUstream stream) {
     return JitRuntime::global().kernel(descriptor(ctx.facts.arch, key), ctx, stream);
   }
 
