@@ -7,13 +7,10 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <stdexcept>
 
-#include "jit_cache/cache_key.hpp"
+#include "jit_cache/cache_layout.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/logging.hpp"
 
@@ -24,15 +21,6 @@ namespace chordrt::jit {
 namespace {
 
 constexpr int kFormatVersion = 1;
-
-bool read_file(const fs::path& path, std::string& out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return false;
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  out = std::move(ss).str();
-  return !in.bad();
-}
 
 // temp + fsync + rename, so readers only ever see complete files.
 bool write_file_atomic(const fs::path& path, std::string_view bytes, std::string& error) {
@@ -69,32 +57,6 @@ bool write_file_atomic(const fs::path& path, std::string_view bytes, std::string
     return false;
   }
   return true;
-}
-
-int64_t mtime_unix(const fs::path& p) {
-  struct stat st {};
-  if (::stat(p.c_str(), &st) != 0) return 0;
-  return st.st_mtim.tv_sec;
-}
-
-bool is_entry_key(const std::string& stem) {
-  return stem.size() == 32 &&
-         std::all_of(stem.begin(), stem.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
-}
-
-// Every key with a metadata file under root/entries.
-std::vector<std::string> keys_in(const fs::path& root) {
-  std::vector<std::string> keys;
-  std::error_code ec;
-  fs::path entries = root / "entries";
-  if (!fs::is_directory(entries, ec)) return keys;
-  for (auto it = fs::recursive_directory_iterator(entries, ec); !ec && it != fs::recursive_directory_iterator();
-       it.increment(ec)) {
-    const fs::path& p = it->path();
-    if (p.extension() == ".json" && is_entry_key(p.stem().string())) keys.push_back(p.stem().string());
-  }
-  std::sort(keys.begin(), keys.end());
-  return keys;
 }
 
 }  // namespace
@@ -162,46 +124,6 @@ void DiskCache::degrade(const std::string& why) {
   }
 }
 
-fs::path DiskCache::entry_path(const fs::path& root, const std::string& key, const char* extension) const {
-  return root / "entries" / key.substr(0, 2) / (key + extension);
-}
-
-std::optional<CacheEntry> DiskCache::read_entry(const fs::path& root, const std::string& key, std::string& problem,
-                                                bool& present) {
-  fs::path base = root / "entries" / key.substr(0, 2) / key;
-  fs::path json_path = base;
-  json_path += ".json";
-  fs::path cubin_path = base;
-  cubin_path += ".cubin";
-  std::string text;
-  present = read_file(json_path, text);
-  if (!present) return std::nullopt;
-  CacheEntry entry;
-  try {
-    entry.meta = CacheEntryMeta::from_json(nlohmann::json::parse(text));
-  } catch (const std::exception& e) {
-    problem = fmt::format("unreadable metadata ({})", e.what());
-    return std::nullopt;
-  }
-  if (entry.meta.key != key) {
-    problem = fmt::format("metadata names key {}", entry.meta.key);
-    return std::nullopt;
-  }
-  if (!read_file(cubin_path, entry.cubin)) {
-    problem = "cubin missing";
-    return std::nullopt;
-  }
-  if (entry.cubin.size() != entry.meta.cubin_size) {
-    problem = fmt::format("cubin is {} bytes, metadata says {}", entry.cubin.size(), entry.meta.cubin_size);
-    return std::nullopt;
-  }
-  if (hex_digest128(entry.cubin) != entry.meta.cubin_checksum) {
-    problem = "cubin checksum mismatch";
-    return std::nullopt;
-  }
-  return entry;
-}
-
 DiskCache::LoadResult DiskCache::load(const std::string& key) {
   LoadResult result;
   std::vector<std::pair<fs::path, bool>> layers;
@@ -210,11 +132,11 @@ DiskCache::LoadResult DiskCache::load(const std::string& key) {
   for (const auto& [root, primary] : layers) {
     std::string problem;
     bool present = false;
-    auto entry = read_entry(root, key, problem, present);
+    auto entry = layout::read_entry(root, key, problem, present);
     if (entry) {
       if (primary && !memory_only()) {
         // LRU time: the metadata file's mtime.
-        ::utimensat(AT_FDCWD, entry_path(root, key, ".json").c_str(), nullptr, 0);
+        ::utimensat(AT_FDCWD, layout::entry_path(root, key, ".json").c_str(), nullptr, 0);
       }
       result.status = LoadStatus::kHit;
       result.entry = std::move(*entry);
@@ -223,7 +145,11 @@ DiskCache::LoadResult DiskCache::load(const std::string& key) {
     }
     if (present) {
       logger().warn("kernel cache entry {} in {} is corrupt ({}); it will be rebuilt", key, root.string(), problem);
-      if (primary && !memory_only()) remove(key);
+      if (primary && !memory_only()) {
+        const uint64_t removed = layout::remove_entry(root, key);
+        std::lock_guard lock(size_mutex_);
+        if (primary_bytes_) *primary_bytes_ -= std::min(removed, *primary_bytes_);
+      }
       result.status = LoadStatus::kCorrupt;
       result.problem = problem;
       result.layer = root;
@@ -238,18 +164,38 @@ DiskCache::LoadResult DiskCache::load(const std::string& key) {
 bool DiskCache::store(const CacheEntry& entry) {
   if (memory_only()) return false;
   const std::string& key = entry.meta.key;
+  const fs::path& root = options_.primary;
+  const uint64_t replaced = options_.max_bytes > 0 ? layout::entry_bytes(root, key) : 0;
+  const std::string meta = entry.meta.to_json().dump(1);
   std::error_code ec;
-  fs::create_directories(options_.primary / "entries" / key.substr(0, 2), ec);
+  fs::create_directories(root / "entries" / key.substr(0, 2), ec);
   std::string error;
   // cubin first: the metadata file's presence is what makes an entry visible.
-  bool ok = !ec && write_file_atomic(entry_path(options_.primary, key, ".cubin"), entry.cubin, error) &&
-            write_file_atomic(entry_path(options_.primary, key, ".json"), entry.meta.to_json().dump(1), error);
+  bool ok = !ec && write_file_atomic(layout::entry_path(root, key, ".cubin"), entry.cubin, error) &&
+            write_file_atomic(layout::entry_path(root, key, ".json"), meta, error);
   if (!ok) {
     degrade(ec ? ec.message() : error);
     return false;
   }
-  if (options_.max_bytes > 0) prune(options_.max_bytes);
+  if (options_.max_bytes > 0) account_store(entry.cubin.size() + meta.size(), replaced);
   return true;
+}
+
+void DiskCache::account_store(uint64_t added, uint64_t replaced) {
+  std::lock_guard lock(size_mutex_);
+  if (primary_bytes_) {
+    const uint64_t bytes = *primary_bytes_ + added;
+    primary_bytes_ = bytes - std::min(replaced, bytes);
+    if (*primary_bytes_ <= options_.max_bytes) return;
+  }
+  // The first store under the cap, or the count says the cap is exceeded: one walk both measures the
+  // directory (with what other processes wrote) and evicts.
+  primary_bytes_ = layout::evict_lru(options_.primary, options_.max_bytes).bytes_after;
+}
+
+std::optional<uint64_t> DiskCache::counted_bytes() const {
+  std::lock_guard lock(size_mutex_);
+  return primary_bytes_;
 }
 
 DiskCache::KeyLock DiskCache::lock_key(const std::string& key) {
@@ -267,89 +213,6 @@ DiskCache::KeyLock DiskCache::lock_key(const std::string& key) {
     }
   }
   return KeyLock(fd);
-}
-
-std::vector<DiskCache::EntryInfo> DiskCache::list() const {
-  std::vector<EntryInfo> out;
-  std::vector<std::pair<fs::path, bool>> layers;
-  layers.emplace_back(options_.primary, false);
-  for (const auto& l : options_.read_only_layers) layers.emplace_back(l, true);
-  for (const auto& [root, read_only] : layers) {
-    for (const auto& key : keys_in(root)) {
-      EntryInfo info;
-      info.layer = root;
-      info.read_only_layer = read_only;
-      info.key = key;
-      bool present = false;
-      auto entry = read_entry(root, key, info.problem, present);
-      std::error_code ec;
-      fs::path json_path = entry_path(root, key, ".json");
-      fs::path cubin_path = entry_path(root, key, ".cubin");
-      info.bytes = fs::file_size(json_path, ec) + (fs::exists(cubin_path, ec) ? fs::file_size(cubin_path, ec) : 0);
-      info.last_used_unix = mtime_unix(json_path);
-      if (entry) {
-        info.meta = std::move(entry->meta);
-      } else {
-        std::string text;
-        if (read_file(json_path, text)) {
-          try {
-            info.meta = CacheEntryMeta::from_json(nlohmann::json::parse(text));
-          } catch (const std::exception&) {
-          }
-        }
-      }
-      out.push_back(std::move(info));
-    }
-  }
-  return out;
-}
-
-void DiskCache::remove(const std::string& key) {
-  std::error_code ec;
-  fs::remove(entry_path(options_.primary, key, ".json"), ec);
-  fs::remove(entry_path(options_.primary, key, ".cubin"), ec);
-}
-
-DiskCache::PruneResult DiskCache::prune(uint64_t max_bytes) {
-  PruneResult r;
-  struct Item {
-    std::string key;
-    uint64_t bytes;
-    int64_t used;
-  };
-  std::vector<Item> items;
-  std::error_code ec;
-  for (const auto& key : keys_in(options_.primary)) {
-    fs::path j = entry_path(options_.primary, key, ".json");
-    fs::path c = entry_path(options_.primary, key, ".cubin");
-    uint64_t bytes = fs::file_size(j, ec);
-    if (ec) bytes = 0;
-    uint64_t cb = fs::file_size(c, ec);
-    if (!ec) bytes += cb;
-    items.push_back({key, bytes, mtime_unix(j)});
-    r.bytes_before += bytes;
-  }
-  // Oldest first; key order breaks ties so pruning is deterministic.
-  std::sort(items.begin(), items.end(),
-            [](const Item& a, const Item& b) { return a.used != b.used ? a.used < b.used : a.key < b.key; });
-  r.bytes_after = r.bytes_before;
-  for (const auto& it : items) {
-    if (r.bytes_after <= max_bytes) break;
-    remove(it.key);
-    r.bytes_after -= it.bytes;
-    ++r.removed;
-  }
-  return r;
-}
-
-int DiskCache::clear() {
-  auto keys = keys_in(options_.primary);
-  std::error_code ec;
-  fs::remove_all(options_.primary / "entries", ec);
-  fs::remove_all(options_.primary / "locks", ec);
-  fs::create_directories(options_.primary / "entries", ec);
-  fs::create_directories(options_.primary / "locks", ec);
-  return static_cast<int>(keys.size());
 }
 
 uint64_t parse_size(const std::string& text) {

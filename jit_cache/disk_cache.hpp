@@ -1,13 +1,15 @@
-// The on-disk kernel cache: one entry per key (<key>.cubin + <key>.json metadata), published
-// atomically, guarded by a per-key cross-process lock, verified by checksum on load, LRU-evicted
-// under a size cap. A primary directory (read-write) is searched first, then read-only layers.
-// Knows nothing about kernel families or NVRTC.
+// The on-disk kernel cache, hot path: what JitRuntime does per miss (load, lock, store). One entry per
+// key (<key>.cubin + <key>.json metadata, see cache_layout.hpp), published atomically, guarded by a per-key
+// cross-process lock, verified by checksum on load, LRU-evicted under a size cap. A primary directory
+// (read-write) is searched first, then read-only layers. Listing, verifying, pruning and clearing are
+// maintenance (cache_maintenance.hpp, used by chord-jit). Knows nothing about kernel families or NVRTC.
 #pragma once
 
 #include <array>
 #include <atomic>
 #include <cstdint>
 #include <filesystem>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -68,53 +70,38 @@ class DiskCache {
     int fd_ = -1;
   };
 
-  struct EntryInfo {
-    std::filesystem::path layer;
-    bool read_only_layer = false;
-    std::string key;
-    std::optional<CacheEntryMeta> meta;
-    uint64_t bytes = 0;
-    int64_t last_used_unix = 0;
-    std::string problem;  // empty when the entry verifies
-  };
-
-  struct PruneResult {
-    int removed = 0;
-    uint64_t bytes_before = 0, bytes_after = 0;
-  };
-
   explicit DiskCache(Options options);
 
   // Primary first, then the read-only layers. A corrupt primary entry is removed (and reported as
   // kCorrupt) so that the caller rebuilds and replaces it. A hit refreshes the entry's LRU time.
   LoadResult load(const std::string& key);
   // Publishes into the primary directory; returns false when the cache is (or just became)
-  // memory-only. Enforces the size cap afterwards.
+  // memory-only. Under a size cap, evicts least-recently-used entries when the primary's byte count
+  // exceeds it.
   bool store(const CacheEntry& entry);
   KeyLock lock_key(const std::string& key);
 
   bool memory_only() const { return memory_only_.load(); }
   const Options& options() const { return options_; }
 
-  // Maintenance (chord-jit): every entry of every layer, verified.
-  std::vector<EntryInfo> list() const;
-  // Removes the primary's least-recently-used entries until it holds at most max_bytes.
-  PruneResult prune(uint64_t max_bytes);
-  // Removes one primary entry (both files).
-  void remove(const std::string& key);
-  // Removes every primary entry, lock and temp file; returns the number of entries removed.
-  int clear();
+  // The primary's size as this instance counts it; nullopt until the first store under a cap.
+  std::optional<uint64_t> counted_bytes() const;
 
  private:
-  std::filesystem::path entry_path(const std::filesystem::path& root, const std::string& key,
-                                   const char* extension) const;
   void degrade(const std::string& why);
-  static std::optional<CacheEntry> read_entry(const std::filesystem::path& root, const std::string& key,
-                                              std::string& problem, bool& present);
+  // Adds a store's bytes (less those of the entry it replaced) to the count, evicting when over the cap.
+  void account_store(uint64_t added, uint64_t replaced);
 
   Options options_;
   std::atomic<bool> memory_only_{false};
   std::atomic<bool> warned_{false};
+
+  // The primary's bytes, counted incrementally so that a store under the cap walks nothing: one walk
+  // initializes it (first store under a cap); this instance's stores add, its removals subtract. Other
+  // processes' stores are not seen, so the directory may exceed the cap by what they wrote since this
+  // instance last walked; every eviction walks the directory and resets the count to the real size.
+  mutable std::mutex size_mutex_;
+  std::optional<uint64_t> primary_bytes_;
 };
 
 // Parses sizes such as "512M", "2G", "1048576" (K/M/G/T are powers of 1024). Throws on bad input.

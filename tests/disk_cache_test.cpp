@@ -1,5 +1,6 @@
 // The on-disk cache on its own: round trips, corruption and truncation, read-only layers, memory-only
-// degradation, LRU pruning, the size cap, clear/list, the per-key lock, parse_size.
+// degradation, LRU pruning, the size cap and its incremental byte count, maintenance (list, prune,
+// remove, clear) of what the hot path wrote, the per-key lock, parse_size.
 #include "jit_cache/disk_cache.hpp"
 
 #include <fcntl.h>
@@ -17,11 +18,14 @@
 
 #include "chordrt/chordrt.hpp"
 #include "jit_cache/cache_key.hpp"
+#include "jit_cache/cache_layout.hpp"
+#include "jit_cache/cache_maintenance.hpp"
 #include "tests/test_support.hpp"
 
 namespace fs = std::filesystem;
 using Catch::Matchers::Contains;
 using chordrt::jit::CacheEntry;
+using chordrt::jit::CacheMaintenance;
 using chordrt::jit::DiskCache;
 using chordrt::test::check_invalid_argument;
 using chordrt::test::entry_file;
@@ -78,16 +82,28 @@ DiskCache::Options opts(const fs::path& primary, std::vector<fs::path> layers = 
   return o;
 }
 
-const DiskCache::EntryInfo* find_info(const std::vector<DiskCache::EntryInfo>& infos, const fs::path& layer,
-                                      const std::string& key) {
+const CacheMaintenance::EntryInfo* find_info(const std::vector<CacheMaintenance::EntryInfo>& infos,
+                                             const fs::path& layer, const std::string& key) {
   for (const auto& i : infos) {
     if (i.layer == layer && i.key == key) return &i;
   }
   return nullptr;
 }
 
+// Maintenance of the directories a hot-path cache uses, as chord-jit does it.
+CacheMaintenance maint(const DiskCache& cache) { return CacheMaintenance(cache.options()); }
+
 uint64_t entry_bytes(const fs::path& root, const std::string& key) {
   return fs::file_size(entry_file(root, key, ".json")) + fs::file_size(entry_file(root, key, ".cubin"));
+}
+
+// Bytes under root/entries, walked here (not through the cache, so the walk is not counted).
+uint64_t bytes_on_disk(const fs::path& root) {
+  uint64_t n = 0;
+  for (const auto& f : fs::recursive_directory_iterator(root / "entries")) {
+    if (f.is_regular_file()) n += f.file_size();
+  }
+  return n;
 }
 
 }  // namespace
@@ -271,7 +287,7 @@ TEST_CASE("an unwritable primary degrades to memory-only", "[cache]") {
     CHECK(cache.memory_only());
     CHECK_FALSE(cache.store(e));
     CHECK(cache.load(e.meta.key).status == Status::kMiss);
-    CHECK(cache.list().empty());
+    CHECK(maint(cache).list().empty());
     { auto lock = cache.lock_key(e.meta.key); }  // a no-op, does not throw
     CHECK(fs::is_regular_file(t.path() / "file"));
   }
@@ -332,7 +348,7 @@ TEST_CASE("prune removes the least recently used entries first", "[cache]") {
     bytes.push_back(entry_bytes(root, e.meta.key));
     total += bytes.back();
   }
-  const auto infos = cache.list();
+  const auto infos = maint(cache).list();
   REQUIRE(infos.size() == 5);
   for (int i = 0; i < 5; ++i) {
     const auto* info = find_info(infos, root, es[i].meta.key);
@@ -342,7 +358,7 @@ TEST_CASE("prune removes the least recently used entries first", "[cache]") {
   }
 
   SECTION("down to the two newest") {
-    const auto r = cache.prune(bytes[3] + bytes[4]);
+    const auto r = maint(cache).prune(bytes[3] + bytes[4]);
     CHECK(r.removed == 3);
     CHECK(r.bytes_before == total);
     CHECK(r.bytes_after == bytes[3] + bytes[4]);
@@ -352,27 +368,27 @@ TEST_CASE("prune removes the least recently used entries first", "[cache]") {
   SECTION("a load refreshes an entry's LRU time") {
     REQUIRE(cache.load(es[0].meta.key).status == Status::kHit);
     CHECK(mtime_of(entry_file(root, es[0].meta.key, ".json")) > 1000000 + 1000 * 4);
-    const auto r = cache.prune(bytes[0] + bytes[4]);
+    const auto r = maint(cache).prune(bytes[0] + bytes[4]);
     CHECK(r.removed == 3);
     CHECK(cache.load(es[0].meta.key).status == Status::kHit);
     CHECK(cache.load(es[4].meta.key).status == Status::kHit);
     for (int i = 1; i < 4; ++i) CHECK(cache.load(es[i].meta.key).status == Status::kMiss);
   }
   SECTION("a cap above the total removes nothing, zero removes everything") {
-    auto r = cache.prune(total);
+    auto r = maint(cache).prune(total);
     CHECK(r.removed == 0);
     CHECK(r.bytes_after == total);
-    CHECK(cache.list().size() == 5);
-    r = cache.prune(0);
+    CHECK(maint(cache).list().size() == 5);
+    r = maint(cache).prune(0);
     CHECK(r.removed == 5);
     CHECK(r.bytes_after == 0);
-    CHECK(cache.list().empty());
+    CHECK(maint(cache).list().empty());
   }
   SECTION("one byte under the total removes only the oldest") {
-    const auto r = cache.prune(total - 1);
+    const auto r = maint(cache).prune(total - 1);
     CHECK(r.removed == 1);
     CHECK(cache.load(es[0].meta.key).status == Status::kMiss);
-    CHECK(cache.list().size() == 4);
+    CHECK(maint(cache).list().size() == 4);
   }
 }
 
@@ -396,9 +412,9 @@ TEST_CASE("max_bytes is enforced at store", "[cache]") {
   set_mtime(entry_file(root, es[0].meta.key, ".json"), 1000000);
   REQUIRE(cache.store(es[1]));
   set_mtime(entry_file(root, es[1].meta.key, ".json"), 2000000);
-  CHECK(cache.list().size() == 2);
+  CHECK(maint(cache).list().size() == 2);
   REQUIRE(cache.store(es[2]));
-  const auto infos = cache.list();
+  const auto infos = maint(cache).list();
   CHECK(infos.size() == 2);
   uint64_t sum = 0;
   for (const auto& i : infos) sum += i.bytes;
@@ -428,7 +444,7 @@ TEST_CASE("list reports every layer's entries, verified", "[cache]") {
   spit(root / "entries" / "zz-not-a-key.json", "{}");
   spit(entry_file(root, good.meta.key, ".json.tmp.1.2"), "partial");
 
-  const auto infos = cache.list();
+  const auto infos = maint(cache).list();
   CHECK(infos.size() == 3);
   const auto* g = find_info(infos, root, good.meta.key);
   REQUIRE(g != nullptr);
@@ -468,16 +484,16 @@ TEST_CASE("clear removes every primary entry and lock", "[cache]") {
     auto lock = cache.lock_key(es.back().meta.key);
   }
   CHECK_FALSE(fs::is_empty(root / "locks"));
-  CHECK(cache.clear() == 3);
+  CHECK(maint(cache).clear() == 3);
   CHECK(fs::is_directory(root / "entries"));
   CHECK(fs::is_empty(root / "entries"));
   CHECK(fs::is_empty(root / "locks"));
   for (const auto& e : es) CHECK(cache.load(e.meta.key).status == Status::kMiss);
   // The layer is untouched.
-  const auto infos = cache.list();
+  const auto infos = maint(cache).list();
   REQUIRE(infos.size() == 1);
   CHECK(infos[0].layer == layer);
-  CHECK(cache.clear() == 0);
+  CHECK(maint(cache).clear() == 0);
   // Still usable afterwards.
   REQUIRE(cache.store(es[0]));
   CHECK(cache.load(es[0].meta.key).status == Status::kHit);
@@ -529,4 +545,132 @@ TEST_CASE("parse_size", "[cache]") {
     INFO("\"" << bad << "\"");
     check_invalid_argument([&] { (void)parse_size(bad); }, {"size"});
   }
+}
+
+TEST_CASE("a store under the size cap walks no directory: the primary's bytes are counted", "[cache]") {
+  using chordrt::jit::layout::directory_walks;
+  TempDir t("cache-test");
+  const fs::path root = t.path() / "c";
+  std::vector<CacheEntry> es;
+  for (int i = 0; i < 8; ++i) es.push_back(make_entry("walk-entry-" + std::to_string(i)));
+  uint64_t one = 0;
+  {
+    DiskCache probe(opts(t.path() / "probe"));
+    REQUIRE(probe.store(es[0]));
+    one = entry_bytes(t.path() / "probe", es[0].meta.key);
+  }
+  // Written before this instance opens the directory (another process).
+  {
+    DiskCache other(opts(root));
+    REQUIRE(other.store(es[0]));
+    REQUIRE(other.store(es[1]));
+  }
+  const uint64_t cap = 5 * one + one / 2;
+  DiskCache cache(opts(root, {}, cap));
+  CHECK_FALSE(cache.counted_bytes().has_value());
+
+  // The first store under the cap walks once, and counts what was already there.
+  uint64_t walks = directory_walks();
+  REQUIRE(cache.store(es[2]));
+  CHECK(directory_walks() == walks + 1);
+  CHECK(cache.counted_bytes() == 3 * one);
+  CHECK(cache.counted_bytes() == bytes_on_disk(root));
+
+  // Stores under the cap (new keys, and a replacement of another size) and the removal of a corrupt
+  // entry by load only adjust the count.
+  walks = directory_walks();
+  REQUIRE(cache.store(es[3]));
+  REQUIRE(cache.store(es[4]));
+  CHECK(cache.counted_bytes() == 5 * one);
+  const CacheEntry smaller = make_entry("walk-entry-4", 100);
+  REQUIRE(cache.store(smaller));
+  CHECK(cache.counted_bytes() < 5 * one);
+  CHECK(cache.counted_bytes() == bytes_on_disk(root));
+  flip_byte(entry_file(root, es[3].meta.key, ".cubin"), 20);
+  CHECK(cache.load(es[3].meta.key).status == Status::kCorrupt);
+  CHECK(cache.counted_bytes() == bytes_on_disk(root));
+  REQUIRE(cache.store(es[3]));
+  CHECK(cache.counted_bytes() == bytes_on_disk(root));
+  CHECK(directory_walks() == walks);
+
+  // Another process stores behind this instance's back: its count does not see that...
+  {
+    DiskCache other(opts(root));
+    REQUIRE(other.store(es[5]));
+  }
+  CHECK(bytes_on_disk(root) > *cache.counted_bytes());
+  // ...until a store takes the count over the cap: that one walks, evicts the least recently used and
+  // resets the count to what is on disk.
+  for (int i = 0; i < 6; ++i) set_mtime(entry_file(root, es[i].meta.key, ".json"), 1000000 + 1000 * i);
+  REQUIRE(cache.store(es[6]));
+  CHECK(directory_walks() == walks + 1);
+  CHECK(cache.counted_bytes() == bytes_on_disk(root));
+  CHECK(*cache.counted_bytes() <= cap);
+  CHECK(cache.load(es[0].meta.key).status == Status::kMiss);
+  CHECK(cache.load(es[1].meta.key).status == Status::kMiss);
+  for (int i : {2, 3, 5, 6}) CHECK(cache.load(es[i].meta.key).status == Status::kHit);
+
+  // Without a cap nothing is counted and a store never walks.
+  DiskCache uncapped(opts(t.path() / "uncapped"));
+  walks = directory_walks();
+  for (const auto& e : es) REQUIRE(uncapped.store(e));
+  CHECK(directory_walks() == walks);
+  CHECK_FALSE(uncapped.counted_bytes().has_value());
+}
+
+TEST_CASE("maintenance works on what the hot path wrote", "[cache]") {
+  TempDir t("cache-test");
+  const fs::path root = t.path() / "c";
+  const fs::path layer = t.path() / "layer";
+  const CacheEntry layered = make_entry("maint-layer");
+  {
+    DiskCache writer(opts(layer));
+    REQUIRE(writer.store(layered));
+  }
+  std::vector<CacheEntry> es;
+  for (int i = 0; i < 3; ++i) es.push_back(make_entry("maint-" + std::to_string(i)));
+  uint64_t one = 0;
+  {
+    DiskCache probe(opts(t.path() / "probe"));
+    REQUIRE(probe.store(es[0]));
+    one = entry_bytes(t.path() / "probe", es[0].meta.key);
+  }
+  DiskCache cache(opts(root, {layer}, 3 * one + one / 2));
+  for (const auto& e : es) REQUIRE(cache.store(e));
+  CacheMaintenance m(cache.options());
+
+  // list: every stored entry with the metadata the hot path wrote, then the layer's.
+  const auto infos = m.list();
+  REQUIRE(infos.size() == 4);
+  for (const auto& e : es) {
+    const auto* info = find_info(infos, root, e.meta.key);
+    REQUIRE(info != nullptr);
+    CHECK(info->problem.empty());
+    CHECK_FALSE(info->read_only_layer);
+    REQUIRE(info->meta.has_value());
+    CHECK(info->meta->to_json() == e.meta.to_json());
+    CHECK(info->bytes == one);
+  }
+  CHECK(infos.back().layer == layer);
+  CHECK(infos.back().read_only_layer);
+
+  // remove: the hot path misses that key and still hits the others.
+  m.remove(es[1].meta.key);
+  CHECK(cache.load(es[1].meta.key).status == Status::kMiss);
+  CHECK(cache.load(es[0].meta.key).status == Status::kHit);
+  CHECK(m.list().size() == 3);
+
+  // prune, then clear, behind the hot path's back: its count now overestimates, so its next store
+  // over the count's cap rescans, evicts nothing it should keep, and counts what is really there.
+  const auto r = m.prune(one);
+  CHECK(r.removed == 1);
+  CHECK(r.bytes_after == one);
+  CHECK(m.clear() == 1);
+  CHECK(cache.load(layered.meta.key).layer == layer);  // clear leaves the layers alone
+  REQUIRE(cache.store(es[1]));
+  REQUIRE(cache.store(es[2]));
+  CHECK(cache.counted_bytes() == bytes_on_disk(root));
+  CHECK(cache.counted_bytes() == 2 * one);
+  CHECK(cache.load(es[1].meta.key).status == Status::kHit);
+  CHECK(cache.load(es[2].meta.key).status == Status::kHit);
 }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "chordrt/chordrt.hpp"
+#include "jit_cache/cache_maintenance.hpp"
 #include "jit_cache/disk_cache.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/kernel_registry.hpp"
@@ -24,6 +25,7 @@ using chordrt::EnsureResult;
 using chordrt::ImageSource;
 using chordrt::JitOptions;
 using chordrt::JitRuntime;
+using chordrt::jit::CacheMaintenance;
 using chordrt::jit::Descriptor;
 using chordrt::jit::DiskCache;
 using chordrt::test::entry_file;
@@ -60,8 +62,7 @@ size_t thread_count() {
 }
 
 void check_no_torn_entries(const fs::path& root, size_t expected_entries) {
-  DiskCache cache(chordrt::jit::DiskCache::Options{root, {}, 0});
-  const auto infos = cache.list();
+  const auto infos = CacheMaintenance(DiskCache::Options{root, {}, 0}).list();
   CHECK(infos.size() == expected_entries);
   for (const auto& i : infos) {
     INFO(i.key);
@@ -156,7 +157,7 @@ TEST_CASE("six processes compiling the same kernel at once compile it once", "[r
   CHECK(std::count(results.begin(), results.end(), "D") == 5);
   check_no_torn_entries(dir, 1);
   JitRuntime rt(options_for(dir));
-  const auto infos = rt.disk().list();
+  const auto infos = CacheMaintenance(rt.disk().options()).list();
   REQUIRE(infos.size() == 1);
   CHECK(infos[0].key == rt.key_of(d));
 }
@@ -229,7 +230,7 @@ TEST_CASE("read-only layers serve a runtime without copying into its primary", "
   JitRuntime rt(o);
   CHECK(rt.ensure_compiled(d).source == ImageSource::kDisk);
   CHECK(rt.stats().compiled == 0);
-  DiskCache primary_only(DiskCache::Options{t.path() / "primary", {}, 0});
+  CacheMaintenance primary_only(DiskCache::Options{t.path() / "primary", {}, 0});
   CHECK(primary_only.list().empty());
 }
 

@@ -263,6 +263,27 @@ def test_prewarm_from_misses_file(tmp_path):
     assert disk_keys(other) == disk_keys(cache)
 
 
+def _registry_presets():
+    """The built-in presets, read from the registry's source (runtime/model_plan.cpp kPresets)."""
+    src = (REPO_ROOT / "runtime" / "model_plan.cpp").read_text()
+    block = re.search(r"kPresets\[\]\s*=\s*\{(.*?)\n\};", src, re.S)
+    assert block, "kPresets not found in runtime/model_plan.cpp"
+    return re.findall(r'^\s*\{"([^"]+)",', block.group(1), re.M)
+
+
+def test_prewarm_help_lists_every_preset():
+    presets = _registry_presets()
+    # The list gpu_run.sh and the SASS snapshot walk names every preset too (two independent places).
+    listed = {line.split()[0] for line in (REPO_ROOT / "tools" / "preset_deployments.txt").read_text().splitlines()
+              if line.strip() and not line.startswith("#")}
+    assert set(presets) == listed
+    p = chord_jit("prewarm", "--help")
+    assert p.returncode == 0, p.stderr
+    m = re.search(r"preset \(([^)]*)\) or a config\.json path", p.stdout)
+    assert m, f"--model's help names no presets:\n{p.stdout}"
+    assert m.group(1).split(", ") == presets
+
+
 def test_prewarm_bad_model_names_it(tmp_path):
     p = chord_jit("prewarm", "--model", "no-such-model-xyz", "--deployment", "tp8", cache=tmp_path / "c")
     assert p.returncode != 0

@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "chordrt/chordrt.hpp"
-#include "jit_cache/disk_cache.hpp"
+#include "jit_cache/cache_maintenance.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/jit_runtime.hpp"
 #include "runtime/kernel_registry.hpp"
@@ -26,7 +26,7 @@ std::string human_bytes(uint64_t b) {
   return fmt::format("{} B", b);
 }
 
-std::string family_of_entry(const jit::DiskCache::EntryInfo& e) {
+std::string family_of_entry(const jit::CacheMaintenance::EntryInfo& e) {
   if (e.meta && e.meta->descriptor.contains("family") && e.meta->descriptor["family"].is_string()) {
     return e.meta->descriptor["family"].get<std::string>();
   }
@@ -34,6 +34,9 @@ std::string family_of_entry(const jit::DiskCache::EntryInfo& e) {
 }
 
 void print_json(const json& j) { fmt::print("{}\n", j.dump(2)); }
+
+// Maintenance of the directories the runtime uses (from the environment and --cache-dir).
+jit::CacheMaintenance maintenance() { return jit::CacheMaintenance(JitRuntime::global().disk().options()); }
 
 }  // namespace
 
@@ -100,7 +103,7 @@ int run_info(bool as_json) {
 }
 
 int run_ls(bool as_json) {
-  const auto entries = JitRuntime::global().disk().list();
+  const auto entries = maintenance().list();
   json list = json::array();
   for (const auto& e : entries) {
     list.push_back({{"key", e.key},
@@ -129,7 +132,7 @@ int run_ls(bool as_json) {
 
 int run_stats(bool as_json) {
   JitRuntime& rt = JitRuntime::global();
-  const auto entries = rt.disk().list();
+  const auto entries = maintenance().list();
   std::map<std::string, int> families;
   struct Layer {
     int entries = 0;
@@ -169,9 +172,10 @@ int run_stats(bool as_json) {
 
 int run_verify(bool repair, bool as_json) {
   JitRuntime& rt = JitRuntime::global();
+  jit::CacheMaintenance cache = maintenance();
   int ok = 0, corrupt = 0, repaired = 0;
   json problems = json::array();
-  for (const auto& e : rt.disk().list()) {
+  for (const auto& e : cache.list()) {
     if (e.problem.empty()) {
       ++ok;
       continue;
@@ -181,7 +185,7 @@ int run_verify(bool repair, bool as_json) {
     if (repair && !e.read_only_layer) {
       // Rebuild from the recorded descriptor when it is readable and still compiles to the same key;
       // otherwise the entry is removed (it will be rebuilt on first use).
-      rt.disk().remove(e.key);
+      cache.remove(e.key);
       std::string action = "removed";
       try {
         if (e.meta) {
@@ -213,7 +217,7 @@ int run_verify(bool repair, bool as_json) {
 
 int run_prune(const std::string& max_size, bool as_json) {
   const uint64_t cap = jit::parse_size(max_size);
-  const auto r = JitRuntime::global().disk().prune(cap);
+  const auto r = maintenance().prune(cap);
   if (as_json) {
     print_json({{"removed", r.removed}, {"bytes_before", r.bytes_before}, {"bytes_after", r.bytes_after}});
   } else {
@@ -223,7 +227,7 @@ int run_prune(const std::string& max_size, bool as_json) {
 }
 
 int run_clear(bool as_json) {
-  const int removed = JitRuntime::global().disk().clear();
+  const int removed = maintenance().clear();
   if (as_json) {
     print_json({{"removed", removed}});
   } else {

@@ -1,10 +1,12 @@
 // chord-jit: prewarm, inspect, verify, prune and clear chordrt's kernel cache.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdlib>
 
 #include "chordrt/chordrt.hpp"
+#include "runtime/model_plan.hpp"
 #include "tools/chord-jit/commands.hpp"
 
 int main(int argc, char** argv) {
@@ -22,7 +24,9 @@ int main(int argc, char** argv) {
 
   PrewarmRequest req;
   auto* prewarm = app.add_subcommand("prewarm", "compile every kernel a model deployment (or a list) dispatches");
-  auto* model = prewarm->add_option("--model", req.model, "preset (kimi-k2, deepseek-v3) or a config.json path");
+  auto* model = prewarm->add_option(
+      "--model", req.model,
+      fmt::format("preset ({}) or a config.json path", fmt::join(chordrt::model_preset_names(), ", ")));
   auto* deployment = prewarm->add_option("--deployment", req.deployment, "tpN or epN, e.g. ep8");
   auto* descriptors = prewarm->add_option("--descriptors", req.descriptors_file, "JSON-lines file of descriptors");
   auto* misses = prewarm->add_option("--from", req.misses_file, "JSON-lines file written by CHORD_RECORD_MISSES");

@@ -1,0 +1,138 @@
+#include "jit_cache/cache_layout.hpp"
+
+#include <fmt/format.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <atomic>
+#include <fstream>
+#include <sstream>
+
+#include "jit_cache/cache_key.hpp"
+
+namespace fs = std::filesystem;
+
+namespace chordrt::jit::layout {
+
+namespace {
+
+std::atomic<uint64_t> g_walks{0};
+
+bool is_entry_key(const std::string& stem) {
+  return stem.size() == 32 &&
+         std::all_of(stem.begin(), stem.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+uint64_t size_or_zero(const fs::path& p) {
+  std::error_code ec;
+  const uint64_t n = fs::file_size(p, ec);
+  return ec ? 0 : n;
+}
+
+}  // namespace
+
+fs::path entry_path(const fs::path& root, const std::string& key, const char* extension) {
+  return root / "entries" / key.substr(0, 2) / (key + extension);
+}
+
+bool read_file(const fs::path& path, std::string& out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  out = std::move(ss).str();
+  return !in.bad();
+}
+
+int64_t mtime_unix(const fs::path& p) {
+  struct stat st {};
+  if (::stat(p.c_str(), &st) != 0) return 0;
+  return st.st_mtim.tv_sec;
+}
+
+uint64_t entry_bytes(const fs::path& root, const std::string& key) {
+  return size_or_zero(entry_path(root, key, ".json")) + size_or_zero(entry_path(root, key, ".cubin"));
+}
+
+std::vector<std::string> keys_in(const fs::path& root) {
+  g_walks.fetch_add(1, std::memory_order_relaxed);
+  std::vector<std::string> keys;
+  std::error_code ec;
+  fs::path entries = root / "entries";
+  if (!fs::is_directory(entries, ec)) return keys;
+  for (auto it = fs::recursive_directory_iterator(entries, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec)) {
+    const fs::path& p = it->path();
+    if (p.extension() == ".json" && is_entry_key(p.stem().string())) keys.push_back(p.stem().string());
+  }
+  std::sort(keys.begin(), keys.end());
+  return keys;
+}
+
+uint64_t directory_walks() { return g_walks.load(std::memory_order_relaxed); }
+
+std::optional<CacheEntry> read_entry(const fs::path& root, const std::string& key, std::string& problem,
+                                     bool& present) {
+  std::string text;
+  present = read_file(entry_path(root, key, ".json"), text);
+  if (!present) return std::nullopt;
+  CacheEntry entry;
+  try {
+    entry.meta = CacheEntryMeta::from_json(nlohmann::json::parse(text));
+  } catch (const std::exception& e) {
+    problem = fmt::format("unreadable metadata ({})", e.what());
+    return std::nullopt;
+  }
+  if (entry.meta.key != key) {
+    problem = fmt::format("metadata names key {}", entry.meta.key);
+    return std::nullopt;
+  }
+  if (!read_file(entry_path(root, key, ".cubin"), entry.cubin)) {
+    problem = "cubin missing";
+    return std::nullopt;
+  }
+  if (entry.cubin.size() != entry.meta.cubin_size) {
+    problem = fmt::format("cubin is {} bytes, metadata says {}", entry.cubin.size(), entry.meta.cubin_size);
+    return std::nullopt;
+  }
+  if (hex_digest128(entry.cubin) != entry.meta.cubin_checksum) {
+    problem = "cubin checksum mismatch";
+    return std::nullopt;
+  }
+  return entry;
+}
+
+uint64_t remove_entry(const fs::path& root, const std::string& key) {
+  const uint64_t bytes = entry_bytes(root, key);
+  std::error_code ec;
+  fs::remove(entry_path(root, key, ".json"), ec);
+  fs::remove(entry_path(root, key, ".cubin"), ec);
+  return bytes;
+}
+
+PruneResult evict_lru(const fs::path& root, uint64_t max_bytes) {
+  PruneResult r;
+  struct Item {
+    std::string key;
+    uint64_t bytes;
+    int64_t used;
+  };
+  std::vector<Item> items;
+  for (const auto& key : keys_in(root)) {
+    const uint64_t bytes = entry_bytes(root, key);
+    items.push_back({key, bytes, mtime_unix(entry_path(root, key, ".json"))});
+    r.bytes_before += bytes;
+  }
+  std::sort(items.begin(), items.end(),
+            [](const Item& a, const Item& b) { return a.used != b.used ? a.used < b.used : a.key < b.key; });
+  r.bytes_after = r.bytes_before;
+  for (const auto& it : items) {
+    if (r.bytes_after <= max_bytes) break;
+    remove_entry(root, it.key);
+    r.bytes_after -= it.bytes;
+    ++r.removed;
+  }
+  return r;
+}
+
+}  // namespace chordrt::jit::layout
