@@ -35,13 +35,11 @@ step gpu_tests "$build/tests/chordrt_tests" "[gpu]" --reporter compact --duratio
 step cpu_tests "$build/tests/chordrt_tests" "~[gpu]" --reporter compact
 step pytest env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" CHORD_JIT="$PWD/$build/chord-jit" \
   PYTHONPATH="$PWD/tools/python" python3 -m pytest -q ${CHORD_PYTEST_ARGS:-tests/python} -rs
-prewarm_presets() {
-  grep -v '^#' tools/preset_deployments.txt | while read -r model dep; do
-    [ -n "$model" ] || continue
-    "$build/chord-jit" prewarm --model "$model" --deployment "$dep" --arch sm_90a || return 1
-  done
-}
-step prewarm_all prewarm_presets
+# (a bash -c script: `timeout` runs programs, not shell functions)
+step prewarm_all bash -c 'grep -v "^#" tools/preset_deployments.txt | while read -r model dep; do
+  [ -n "$model" ] || continue
+  "$0/chord-jit" prewarm --model "$model" --deployment "$dep" --arch sm_90a || exit 1
+done' "$build"
 : >"$out/strict_misses.jsonl"
 export CHORD_JIT_STRICT=1 CHORD_RECORD_MISSES="$out/strict_misses.jsonl"
 step host_bench "$build/bench/chord_host_bench" --json "$out/host_bench.json"
