@@ -6,17 +6,9 @@
 #include <string>
 
 #include "heuristics/device_facts.hpp"
+#include "kernels_src/dsa_indexer/params.cuh"
 
 namespace chordrt::heuristics {
-
-inline constexpr int kDsaHeadDim = 128;
-inline constexpr int kDsaTokenBytes = kDsaHeadDim + 4;  // E4M3 key + FP32 scale
-inline constexpr int kDsaMaxPageSize = 1024;
-inline constexpr int kDsaMaxHeads = 128;
-inline constexpr int kDsaMaxTopk = 4096;
-
-// Bytes of one cache page of page_size tokens (0 outside [1, kDsaMaxPageSize]).
-int64_t dsa_cache_page_bytes(int64_t page_size);
 
 struct DsaKeyCacheWriteConfig {
   int warps;  // tokens per CTA (a warp per token)
@@ -46,7 +38,8 @@ struct DsaLogitsConfig {
 DsaLogitsConfig select_dsa_logits(const DsaLogitsShape& s, const DeviceFacts& facts = {});
 // CTAs of one config resident per SM (register-limited).
 int dsa_logits_ctas_per_sm(const DsaLogitsConfig& c);
-int dsa_logits_dynamic_smem(int heads, int page_size, const DsaLogitsConfig& c);
+// The config's shared memory (kernels_src/dsa_indexer/params.cuh's layout).
+int dsa_logits_dynamic_smem(int page_size, const DsaLogitsConfig& c);
 // Position ranges per query row: ceil(max_context / keys_per_cta).
 int64_t dsa_logits_chunks(int32_t max_context, const DsaLogitsConfig& c);
 // Why (heads, page_size, c) is not a kernel the template accepts ("" when it is).
@@ -59,7 +52,6 @@ struct DsaTopkConfig {
 // 1024 threads (a row of 64K logits is 16 16-byte loads per thread per pass), 8192 candidates (bin
 // occupancy at the top-2048 threshold of 64K Gaussian-like logits is ~1-2K).
 DsaTopkConfig select_dsa_topk(int topk, const DeviceFacts& facts = {});
-int dsa_topk_dynamic_smem(const DsaTopkConfig& c);
 std::string dsa_topk_config_error(const DsaTopkConfig& c, const DeviceFacts& facts = {});
 
 }  // namespace chordrt::heuristics

@@ -8,23 +8,12 @@
 #include <string_view>
 
 #include "heuristics/device_facts.hpp"
+#include "kernels_src/sparse_mla/params.cuh"
 
 namespace chordrt::heuristics {
 
-enum class MlaCacheFormat : int { kFp8DsMla = 0, kBf16 = 1 };
-
-inline constexpr int kMlaNopeDims = 512;
-inline constexpr int kMlaBlockKeys = 64;  // keys per pipeline stage
-inline constexpr int kMlaMaxHeads = 128;
-inline constexpr int kMlaMaxSplits = 64;
-inline constexpr int64_t kMlaMaxTokens = 65535;  // grid.y
-
-// Bytes of one token's record (SPEC §3.4) for a format given as its int (chord_mla_cache_format_t);
-// 0 for an unknown format or RoPE dims other than 0 / 64. Shared by the writer and the decoder.
-size_t mla_record_bytes(int64_t format, int64_t rope_dims);
-
 struct SparseMlaShape {
-  MlaCacheFormat format = MlaCacheFormat::kFp8DsMla;
+  int format = chord::sparse_mla::kFp8DsMla;  // a chord::sparse_mla::CacheFormat
   int rope_dims = 64;
   int num_heads = 0;
   int topk = 0;
@@ -39,8 +28,10 @@ struct SparseMlaConfig {
   int blocks_per_split;
 };
 
-// Dynamic shared memory of the decode kernel (mirrors kernels_src/mla/decode.cuh's DecodeSmem).
-size_t sparse_mla_dynamic_smem(MlaCacheFormat format, int rope_dims, int head_group, int warps, int stages);
+// "" when the kernels serve the shape (format, RoPE dims, a multiple of 8 heads up to 128, topk a
+// positive multiple of 64 up to 2^20, tokens up to 65535), else why not: the one statement of the rule
+// that dispatch, the kernel families and the planner apply.
+std::string sparse_mla_shape_error(const SparseMlaShape& s);
 
 // Head group, warps and stages for the shape (no split yet).
 SparseMlaConfig select_sparse_mla_kernel(const SparseMlaShape& s, const DeviceFacts& facts);

@@ -37,12 +37,10 @@ struct Descriptor {
   // Values in the schema's field order. Throws INVALID_ARGUMENT naming the field, its range and the
   // value when one is out of range (and INTERNAL when the count does not match).
   Descriptor(const FamilySchema& schema, Arch arch, std::span<const int64_t> values);
-  // TEMPORARY (families not yet on JitFamily)
   Descriptor(const FamilySchema& schema, Arch arch, std::initializer_list<int64_t> values)
       : Descriptor(schema, arch, std::span<const int64_t>(values.begin(), values.size())) {}
 
   int64_t get(std::string_view field) const;  // throws if the schema has no such field
-  int64_t operator[](size_t i) const { return values[i]; }
 
   friend bool operator==(const Descriptor& a, const Descriptor& b) {
     return a.schema == b.schema && a.arch == b.arch && a.values == b.values;

@@ -4,7 +4,6 @@
 #include "runtime/ops/glue.hpp"
 #include "runtime/ops/grouped.hpp"
 #include "runtime/ops/indexed.hpp"
-#include "runtime/ops/mla_cache.hpp"
 #include "runtime/ops/sparse_mla.hpp"
 #include "runtime/ops/w4a16.hpp"
 #include "runtime/ops/warp_decode.hpp"
@@ -16,9 +15,9 @@ std::span<const KernelFamily* const> kernel_families() {
       &ops::MoeAlignFamily::family(),  &ops::SiluAndMulFamily::family(), &ops::MoeCombineFamily::family(),
       &ops::WarpDecodeGateUpFamily::family(), &ops::WarpDecodeDownFamily::family(), &ops::W4a16PackFamily::family(),
       &ops::GroupedGemmFamily::family(), &ops::IndexedPrefillFamily::family(), &ops::IndexedDecodeFamily::family(),
-      &ops::kSparseMlaDecodeFamily,     &ops::kSparseMlaCombineFamily,
-      &ops::kMlaCacheWriteFamily,      &ops::kDsaKeyCacheWriteFamily,    &ops::kDsaIndexerLogitsFamily,
-      &ops::kDsaTopkFamily};
+      &ops::SparseMlaCacheWriteFamily::family(), &ops::SparseMlaDecodeFamily::family(),
+      &ops::SparseMlaCombineFamily::family(), &ops::DsaIndexerCacheWriteFamily::family(),
+      &ops::DsaIndexerLogitsFamily::family(), &ops::DsaIndexerTopkFamily::family()};
   return kFamilies;
 }
 

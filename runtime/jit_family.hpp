@@ -52,7 +52,7 @@ class JitFamily {
 
   static Key key(const jit::Descriptor& d) {
     Key k{};
-    for (size_t i = 0; i < Derived::kFields.size(); ++i) k.*(Derived::kFields[i].member) = static_cast<int>(d[i]);
+    for (size_t i = 0; i < Derived::kFields.size(); ++i) k.*(Derived::kFields[i].member) = static_cast<int>(d.values[i]);
     return k;
   }
 

@@ -8,7 +8,7 @@ namespace chordrt::detail {
 void launch_packed(const ContextState& ctx, const LoadedKernel& kernel, const LaunchConfig& launch, void** args,
                    const uint16_t* arg_sizes, size_t arg_count) {
   if (kernel.dry_run) return;
-  if (kernel.param_count != LoadedKernel::kParamsUnknown && arg_count != LoadedKernel::kParamsUnknown) {
+  if (kernel.param_count != LoadedKernel::kParamsUnknown) {
     bool match = kernel.param_count == arg_count;
     for (size_t i = 0; match && i < arg_count; ++i) match = kernel.param_sizes[i] == arg_sizes[i];
     if (!match) {

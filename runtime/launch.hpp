@@ -44,10 +44,4 @@ void launch(const ContextState& ctx, const LoadedKernel& kernel, const LaunchCon
   detail::launch_packed(ctx, kernel, config, packed, kSizes, sizeof...(Args));
 }
 
-// TEMPORARY (families not yet on the typed launch)
-inline void launch(const ContextState& ctx, const LoadedKernel& kernel, LaunchGrid grid, CUstream stream, void** args,
-                   LaunchOrder order = LaunchOrder::kStream) {
-  detail::launch_packed(ctx, kernel, {grid, stream, order}, args, nullptr, LoadedKernel::kParamsUnknown);
-}
-
 }  // namespace chordrt

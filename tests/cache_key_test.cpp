@@ -352,8 +352,6 @@ TEST_CASE("Descriptor construction, get and hashing", "[key]") {
   const Descriptor d(kTestSchema, Arch{90, 'a'}, {7, -12});
   CHECK(d.get("alpha") == 7);
   CHECK(d.get("b") == -12);
-  CHECK(d[0] == 7);
-  CHECK(d[1] == -12);
   auto e = error_of([&] { (void)d.get("gamma"); });
   REQUIRE(e.has_value());
   CHECK_THAT(std::string(e->what()), Contains("gamma") && Contains("test.family"));

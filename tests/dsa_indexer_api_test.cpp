@@ -83,7 +83,7 @@ bool driver_ready() { return chordrt::driver().state == chordrt::DriverState::kR
 
 }  // namespace
 
-TEST_CASE("indexer cache pages are 132 bytes per token", "[dsa]") {
+TEST_CASE("indexer cache pages are 132 bytes per token", "[dsa_indexer]") {
   CHECK(chord_indexer_cache_page_bytes(64) == 64u * 132);
   CHECK(chord_indexer_cache_page_bytes(1) == 132u);
   CHECK(chord_indexer_cache_page_bytes(1024) == 1024u * 132);
@@ -92,7 +92,7 @@ TEST_CASE("indexer cache pages are 132 bytes per token", "[dsa]") {
   CHECK(chord_indexer_cache_page_bytes(1025) == 0u);
 }
 
-TEST_CASE("dsa logits heuristics: waves, ring depth, head groups", "[dsa]") {
+TEST_CASE("dsa logits heuristics: waves, ring depth, head groups", "[dsa_indexer]") {
   using namespace chordrt::heuristics;
   const DeviceFacts h200{};
   // The decode step the targets are about: 64 queries of 64K keys, 3 CTAs per SM -> 4096 CTAs of 1024.
@@ -117,7 +117,7 @@ TEST_CASE("dsa logits heuristics: waves, ring depth, head groups", "[dsa]") {
         INFO(heads << " heads, page " << page << ", " << tokens << " x " << context);
         CHECK(dsa_logits_config_error(heads, page, c, h200).empty());
         // The resident CTAs per SM the registers allow also fit in shared memory (+1 KB each).
-        CHECK(dsa_logits_ctas_per_sm(c) * (dsa_logits_dynamic_smem(heads, page, c) + 1024) <=
+        CHECK(dsa_logits_ctas_per_sm(c) * (dsa_logits_dynamic_smem(page, c) + 1024) <=
               h200.max_smem_per_block_optin + 1024);
         CHECK(c.stages >= 2);
       }
@@ -125,7 +125,7 @@ TEST_CASE("dsa logits heuristics: waves, ring depth, head groups", "[dsa]") {
   }
 }
 
-TEST_CASE("dsa config checks name what is wrong", "[dsa]") {
+TEST_CASE("dsa config checks name what is wrong", "[dsa_indexer]") {
   using namespace chordrt::heuristics;
   const DsaLogitsConfig ok{4, 1, 4, 1024};
   CHECK(dsa_logits_config_error(64, 64, ok).empty());
@@ -141,45 +141,48 @@ TEST_CASE("dsa config checks name what is wrong", "[dsa]") {
   CHECK(dsa_topk_config_error(select_dsa_topk(2048)).empty());
   CHECK_THAT(dsa_topk_config_error({1024, 100}), Contains("candidates"));
   CHECK_THAT(dsa_topk_config_error({48, 8192}), Contains("threads"));
-  CHECK(dsa_topk_dynamic_smem({1024, 8192}) == 2048 * 4 + 8192 * 8);
 }
 
-TEST_CASE("dsa families build programs from their descriptors", "[dsa]") {
+TEST_CASE("dsa indexer families build programs from their keys", "[dsa_indexer]") {
   using namespace chordrt;
-  const auto c = heuristics::select_dsa_logits({64, 64, 64, 65536});
-  const auto d = ops::dsa_indexer_logits_descriptor(kHopper, 64, 64, c);
-  const KernelProgram p = ops::kDsaIndexerLogitsFamily.program(d);
-  CHECK(p.header == "dsa/logits.cuh");
+  using ops::DsaIndexerLogitsFamily;
+  using ops::DsaIndexerTopkFamily;
+  const ops::DsaIndexerLogitsKey k = ops::dsa_indexer_logits_key({64, 64, 64, 65536}, {});
+  const KernelProgram p = DsaIndexerLogitsFamily::program(k);
+  CHECK(p.header == "dsa_indexer/logits.cuh");
   CHECK(p.threads == 128);
-  CHECK(p.dynamic_smem == static_cast<uint32_t>(heuristics::dsa_logits_dynamic_smem(64, 64, c)));
   CHECK_THAT(p.name_expression, Contains("indexer_logits_kernel<64, 64, 4, 1, 4, 1024>"));
-  const auto t = ops::kDsaTopkFamily.program(ops::dsa_topk_descriptor(kHopper, heuristics::select_dsa_topk(2048)));
+  // By hand: 4 stages x 128 keys x (128 B + a 4-byte scale), 128 partial sums, 64 weights, 1024 / 64 + 1
+  // block-table entries.
+  CHECK(p.dynamic_smem == 4 * 128 * 132 + 128 * 4 + 64 * 4 + 17 * 4);
+  const auto t = DsaIndexerTopkFamily::program(ops::dsa_indexer_topk_key(2048, {}));
   CHECK(t.threads == 1024);
-  CHECK(t.dynamic_smem == 2048u * 4 + 8192u * 8);
+  CHECK(t.dynamic_smem == 2048u * 4 + 8192u * 8);  // the 11-bit histogram, 8192 (key, position) candidates
   // A JSON descriptor outside the template's range is refused by the family.
-  nlohmann::json j = descriptor_to_json(d);
+  nlohmann::json j = descriptor_to_json(DsaIndexerLogitsFamily::descriptor(kHopper, k));
   j["fields"]["heads"] = 12;
-  chordrt::test::check_invalid_argument([&] { descriptor_from_json(j); }, {"dsa.indexer_logits", "multiple of 8"});
-  j = descriptor_to_json(ops::dsa_key_cache_write_descriptor(kHopper, heuristics::select_dsa_key_cache_write()));
+  chordrt::test::check_invalid_argument([&] { descriptor_from_json(j); }, {"dsa_indexer.logits", "multiple of 8"});
+  j = descriptor_to_json(ops::DsaIndexerCacheWriteFamily::descriptor(kHopper, ops::dsa_indexer_cache_write_key({})));
   j["fields"]["warps"] = 0;
-  chordrt::test::check_invalid_argument([&] { descriptor_from_json(j); }, {"dsa.key_cache_write", "warps"});
+  chordrt::test::check_invalid_argument([&] { descriptor_from_json(j); },
+                                        {"dsa_indexer.cache_write", "warps must be in [1, 32], got 0"});
   // Every example covers what the tests and prewarm must compile: 32 and 64 heads, pages 64 and 1.
   bool h32p64 = false, h64p64 = false, h32p1 = false, h64p1 = false;
-  for (const auto& e : ops::kDsaIndexerLogitsFamily.examples(kHopper)) {
-    h32p64 |= e[0] == 32 && e[1] == 64;
-    h64p64 |= e[0] == 64 && e[1] == 64;
-    h32p1 |= e[0] == 32 && e[1] == 1;
-    h64p1 |= e[0] == 64 && e[1] == 1;
+  for (const auto& e : DsaIndexerLogitsFamily::examples({})) {
+    h32p64 |= e.heads == 32 && e.page_size == 64;
+    h64p64 |= e.heads == 64 && e.page_size == 64;
+    h32p1 |= e.heads == 32 && e.page_size == 1;
+    h64p1 |= e.heads == 64 && e.page_size == 1;
   }
   CHECK((h32p64 && h64p64 && h32p1 && h64p1));
 }
 
-TEST_CASE("chord_dsa_indexer_logits argument checks", "[dsa][capi]") {
+TEST_CASE("chord_dsa_indexer_logits argument checks", "[dsa_indexer][capi]") {
   CHECK(chord_dsa_indexer_logits(nullptr, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
   expect_message({"args is null"});
   auto a = valid_logits_args();
   a.struct_size = 8;
-  expect_error(chord_dsa_indexer_logits, a, CHORD_ERROR_INVALID_ARGUMENT, {"chord_dsa_indexer_args_t", "struct_size"});
+  expect_error(chord_dsa_indexer_logits, a, CHORD_ERROR_INVALID_ARGUMENT, {"chord_dsa_indexer_logits", "struct_size"});
   a = valid_logits_args();
   a.num_heads = 12;
   expect_error(chord_dsa_indexer_logits, a, CHORD_ERROR_INVALID_ARGUMENT, {"num_heads", "multiple of 8", "12"});
@@ -233,12 +236,12 @@ TEST_CASE("chord_dsa_indexer_logits argument checks", "[dsa][capi]") {
   CHECK(chord_dsa_indexer_logits(&a, nullptr) == CHORD_SUCCESS);
 }
 
-TEST_CASE("chord_dsa_topk argument checks", "[dsa][capi]") {
+TEST_CASE("chord_dsa_topk argument checks", "[dsa_indexer][capi]") {
   CHECK(chord_dsa_topk(nullptr, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
   expect_message({"args is null"});
   auto a = valid_topk_args();
   a.struct_size = sizeof a + 8;
-  expect_error(chord_dsa_topk, a, CHORD_ERROR_INVALID_ARGUMENT, {"chord_dsa_topk_args_t", "struct_size"});
+  expect_error(chord_dsa_topk, a, CHORD_ERROR_INVALID_ARGUMENT, {"chord_dsa_topk", "struct_size"});
   a = valid_topk_args();
   a.topk = 0;
   expect_error(chord_dsa_topk, a, CHORD_ERROR_INVALID_ARGUMENT, {"topk", "[1, 4096]", "0"});
@@ -270,13 +273,13 @@ TEST_CASE("chord_dsa_topk argument checks", "[dsa][capi]") {
   CHECK(chord_dsa_topk(&a, nullptr) == CHORD_SUCCESS);  // no rows
 }
 
-TEST_CASE("chord_indexer_cache_write argument checks", "[dsa][capi]") {
+TEST_CASE("chord_indexer_cache_write argument checks", "[dsa_indexer][capi]") {
   CHECK(chord_indexer_cache_write(nullptr, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
   expect_message({"args is null"});
   auto a = valid_write_args();
   a.struct_size = 0;
   expect_error(chord_indexer_cache_write, a, CHORD_ERROR_INVALID_ARGUMENT,
-               {"chord_indexer_cache_write_args_t", "struct_size"});
+               {"chord_indexer_cache_write", "struct_size"});
   a = valid_write_args();
   a.page_size = 2000;
   expect_error(chord_indexer_cache_write, a, CHORD_ERROR_INVALID_ARGUMENT, {"page_size", "2000"});
@@ -298,7 +301,7 @@ TEST_CASE("chord_indexer_cache_write argument checks", "[dsa][capi]") {
   CHECK(chord_indexer_cache_write(&a, nullptr) == CHORD_SUCCESS);  // no tokens
 }
 
-TEST_CASE("dsa calls in compile-only mode", "[dsa][capi]") {
+TEST_CASE("dsa calls in compile-only mode", "[dsa_indexer][capi]") {
   if (driver_ready()) {
     SUCCEED("a CUDA driver is ready: the GPU tests cover real launches");
     return;

@@ -355,7 +355,6 @@ TEST_CASE("plan_descriptors rejects indivisible deployments", "[plan]") {
 }
 
 TEST_CASE("plan_descriptors for sparse attention (Mistral Large 4 at TP8 / TP4, DeepSeek-V3.2)", "[plan][sparse_mla]") {
-  using chordrt::heuristics::MlaCacheFormat;
   using chordrt::heuristics::SparseMlaShape;
   const chordrt::heuristics::DeviceFacts h200{};
   for (const auto& [model, deployment, heads, nope] :
@@ -367,32 +366,33 @@ TEST_CASE("plan_descriptors for sparse attention (Mistral Large 4 at TP8 / TP4, 
     check_no_duplicates(ds);
     for (const auto& d : ds) CHECK_NOTHROW(chordrt::family_of(d).program(d));
     // The writer and decode for RoPE layers, and for NoPE layers where the model has them.
-    CHECK(of_family(ds, "mla.cache_write").size() == (nope ? 2u : 1u));
-    CHECK(of_family(ds, "mla.decode").size() == (nope ? 2u : 1u));
-    CHECK(of_family(ds, "mla.combine").size() == 1u);
+    CHECK(of_family(ds, "sparse_mla.cache_write").size() == (nope ? 2u : 1u));
+    CHECK(of_family(ds, "sparse_mla.decode").size() == (nope ? 2u : 1u));
+    CHECK(of_family(ds, "sparse_mla.combine").size() == 1u);
     // Exactly what dispatch picks, for decode batches and prefill chunks.
     for (int64_t tokens : {1, 8, 128, 1000}) {
-      const SparseMlaShape s{MlaCacheFormat::kFp8DsMla, 64, heads, 2048, tokens};
-      const auto want =
-          chordrt::ops::sparse_mla_decode_descriptor(kHopper, s, chordrt::heuristics::select_sparse_mla(s, h200));
-      CHECK(std::find(ds.begin(), ds.end(), want) != ds.end());
+      const SparseMlaShape s{chord::sparse_mla::kFp8DsMla, 64, heads, 2048, tokens};
+      const auto l = chordrt::ops::sparse_mla_launch(s, h200);
+      CHECK(std::find(ds.begin(), ds.end(), chordrt::ops::SparseMlaDecodeFamily::descriptor(kHopper, l.decode)) !=
+            ds.end());
+      CHECK(std::find(ds.begin(), ds.end(), chordrt::ops::SparseMlaCombineFamily::descriptor(kHopper, l.combine)) !=
+            ds.end());
     }
-    CHECK(std::find(ds.begin(), ds.end(), chordrt::ops::sparse_mla_combine_descriptor(kHopper, heads)) != ds.end());
     const int index_heads = m.attention->index_heads;
     for (int64_t tokens : {1, 64, 4096}) {
       for (int32_t context : {2048, 65536, 200000}) {
-        const auto want = chordrt::ops::dsa_indexer_logits_descriptor(
-            kHopper, index_heads, 64, chordrt::heuristics::select_dsa_logits({index_heads, 64, tokens, context}, h200));
+        const auto want = chordrt::ops::DsaIndexerLogitsFamily::descriptor(
+            kHopper, chordrt::ops::dsa_indexer_logits_key({index_heads, 64, tokens, context}, h200));
         CHECK(std::find(ds.begin(), ds.end(), want) != ds.end());
       }
     }
-    CHECK(of_family(ds, "dsa.key_cache_write").size() == 1u);
-    CHECK(of_family(ds, "dsa.topk").size() == 1u);
+    CHECK(of_family(ds, "dsa_indexer.cache_write").size() == 1u);
+    CHECK(of_family(ds, "dsa_indexer.topk").size() == 1u);
     // Mistral Large 4's expert size is not assumed: no MoE kernels.
     if (std::string(model) == "mistral-large-4") CHECK(of_family(ds, "glue.moe_align").empty());
   }
   // 64 heads over TP16 leave 4 per GPU: not a whole MMA tile.
   CHECK_THROWS_WITH(
       chordrt::plan_descriptors(chordrt::resolve_model("mistral-large-4"), Deployment::parse("tp16"), kHopperFacts),
-      Catch::Matchers::Contains("attention heads"));
+      Catch::Matchers::Contains("num_heads must be a multiple of 8"));
 }

@@ -60,8 +60,9 @@ TEST_CASE("the registry lists every family", "[nvrtc]") {
   }
   CHECK(names == std::set<std::string>{"glue.moe_align", "glue.silu_and_mul", "glue.moe_combine", "warp_decode.gate_up",
                                        "warp_decode.down", "w4a16.pack", "grouped.gemm",
-                                       "indexed.prefill", "indexed.decode", "mla.cache_write", "mla.decode",
-                                       "mla.combine", "dsa.key_cache_write", "dsa.indexer_logits", "dsa.topk"});
+                                       "indexed.prefill", "indexed.decode", "sparse_mla.cache_write",
+                                       "sparse_mla.decode", "sparse_mla.combine", "dsa_indexer.cache_write",
+                                       "dsa_indexer.logits", "dsa_indexer.topk"});
   CHECK(chordrt::find_family("glue.nope") == nullptr);
   CHECK_FALSE(chordrt::embedded_sources().empty());
 }

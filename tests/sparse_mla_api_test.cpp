@@ -1,4 +1,4 @@
-// Sparse MLA decode without a GPU: record sizes, the launch heuristics (pure functions) and the C ABI's
+// Sparse MLA decode without a GPU: the launch heuristics (pure functions) and the C ABI's
 // argument validation (every check that runs before a context is needed).
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -12,7 +12,6 @@
 #include "tests/test_support.hpp"
 
 using Catch::Matchers::Contains;
-using chordrt::heuristics::MlaCacheFormat;
 using chordrt::heuristics::SparseMlaConfig;
 using chordrt::heuristics::SparseMlaShape;
 using chordrt::test::kHopper;
@@ -21,8 +20,7 @@ namespace {
 
 const chordrt::heuristics::DeviceFacts kH200{};
 
-SparseMlaShape shape(int heads, int64_t tokens, int topk = 2048, MlaCacheFormat f = MlaCacheFormat::kFp8DsMla,
-                     int rope = 64) {
+SparseMlaShape shape(int heads, int64_t tokens, int topk = 2048, int f = chord::sparse_mla::kFp8DsMla, int rope = 64) {
   return {f, rope, heads, topk, tokens};
 }
 
@@ -53,16 +51,6 @@ void expect_error(const chord_sparse_mla_decode_args_t& a, std::initializer_list
 
 }  // namespace
 
-TEST_CASE("sparse MLA record sizes", "[sparse_mla]") {
-  CHECK(chord_mla_cache_record_bytes(CHORD_MLA_CACHE_FP8_DS_MLA, 64) == 656);
-  CHECK(chord_mla_cache_record_bytes(CHORD_MLA_CACHE_FP8_DS_MLA, 0) == 528);
-  CHECK(chord_mla_cache_record_bytes(CHORD_MLA_CACHE_BF16, 64) == 1152);
-  CHECK(chord_mla_cache_record_bytes(CHORD_MLA_CACHE_BF16, 0) == 1024);
-  CHECK(chord_mla_cache_record_bytes(CHORD_MLA_CACHE_BF16, 32) == 0);
-  CHECK(chord_mla_cache_record_bytes(7, 64) == 0);
-  CHECK(chordrt::heuristics::mla_record_bytes(static_cast<int>(MlaCacheFormat::kFp8DsMla), 64) == 656);
-}
-
 TEST_CASE("sparse MLA heuristics: head groups, warps and the split", "[sparse_mla]") {
   using chordrt::heuristics::select_sparse_mla;
   // Few heads: one CTA per (token, all heads), the top-k split so T * splits fills the SMs.
@@ -91,8 +79,8 @@ TEST_CASE("sparse MLA heuristics: head groups, warps and the split", "[sparse_ml
         const int blocks = topk / 64;
         CHECK(c.splits * c.blocks_per_split >= blocks);
         CHECK((c.splits - 1) * c.blocks_per_split < blocks);  // no empty split
-        CHECK(chordrt::heuristics::sparse_mla_dynamic_smem(s.format, s.rope_dims, c.head_group, c.warps, c.stages) <=
-              static_cast<size_t>(kH200.max_smem_per_block_optin));
+        CHECK(chord::sparse_mla::decode_smem(s.format, s.rope_dims, c.head_group, c.warps, c.stages).bytes <=
+              kH200.max_smem_per_block_optin);
         CHECK(chordrt::heuristics::sparse_mla_workspace_bytes(s, c) ==
               (c.splits > 1 ? static_cast<size_t>(tokens) * heads * c.splits * 513 * 4 : 0));
       }
@@ -123,16 +111,21 @@ TEST_CASE("sparse MLA overrides are parsed and checked", "[sparse_mla]") {
   CHECK_THAT(sparse_mla_config_error(shape(64, 4), bad, kH200), Contains("shared memory"));
 }
 
-TEST_CASE("sparse MLA descriptors are checked by the family", "[sparse_mla]") {
-  const SparseMlaShape s = shape(16, 1);
-  const auto d =
-      chordrt::ops::sparse_mla_decode_descriptor(kHopper, s, chordrt::heuristics::select_sparse_mla(s, kH200));
-  const chordrt::KernelProgram p = chordrt::family_of(d).program(d);
+TEST_CASE("sparse MLA decode keys are checked by the family", "[sparse_mla]") {
+  using chordrt::ops::SparseMlaDecodeFamily;
+  const chordrt::ops::SparseMlaLaunch l = chordrt::ops::sparse_mla_launch(shape(16, 1), kH200);
+  const chordrt::KernelProgram p = SparseMlaDecodeFamily::program(l.decode);
   CHECK(p.threads == 128);
-  CHECK_THAT(p.name_expression, Contains("sparse_mla_decode_kernel<0, 64, 16, 16, 4,"));
-  CHECK(p.dynamic_smem == chordrt::heuristics::sparse_mla_dynamic_smem(MlaCacheFormat::kFp8DsMla, 64, 16, 4, 2));
-  const auto bad = chordrt::ops::sparse_mla_decode_descriptor(kHopper, shape(16, 1), SparseMlaConfig{24, 4, 2, 1, 32});
-  CHECK_THROWS_WITH(chordrt::family_of(bad).program(bad), Contains("head_group"));
+  CHECK_THAT(p.name_expression, Contains("sparse_mla_decode_kernel<0, 64, 16, 16, 4, 2>"));
+  // By hand: 2 stages x 64 records of 656 B, q 16 x (1024 + 16), RoPE q 16 x (128 + 16), P 16 x 72 floats,
+  // 2 x [4][16] floats of maxima and sums, 16 prescales, 2 x 4 mask words (to 8 bytes), 2 barriers.
+  CHECK(p.dynamic_smem == 2 * 64 * 656 + 16 * 1040 + 16 * 144 + 16 * 72 * 4 + 2 * 4 * 16 * 4 + 16 * 4 + 32 + 16);
+  CHECK(l.config.splits > 1);
+  CHECK(SparseMlaDecodeFamily::descriptor(kHopper, l.decode).get("head_group") == 16);
+  CHECK_THROWS_WITH(SparseMlaDecodeFamily::program({0, 64, 16, 24, 4, 2}), Contains("head_group"));
+  CHECK_THROWS_WITH(SparseMlaDecodeFamily::descriptor(kHopper, {0, 64, 16, 16, 4, 9}),
+                    Contains("stages must be in [2, 8], got 9"));
+  CHECK_THROWS_WITH(SparseMlaDecodeFamily::program({0, 32, 16, 16, 4, 2}), Contains("rope_dims"));
 }
 
 TEST_CASE("sparse MLA decode argument validation", "[sparse_mla]") {
@@ -142,7 +135,7 @@ TEST_CASE("sparse MLA decode argument validation", "[sparse_mla]") {
   CHECK(chord_sparse_mla_decode(&a, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
   a = valid_args();
   a.format = 2;
-  expect_error(a, {"cache format", "2"});
+  expect_error(a, {"format", "got 2"});
   a = valid_args();
   a.rope_dims = 32;
   expect_error(a, {"rope_dims", "32"});

@@ -63,13 +63,3 @@ void write_out(T* p, const T& value, size_t min_size, const char* what) {
 }
 
 }  // namespace chordrt::c_api
-
-// TEMPORARY: the families not yet on read_args.
-template <typename T>
-void check_struct(const T* p, size_t first_version_size, const char* what) {
-  if (!p) return;
-  if (p->struct_size < first_version_size || p->struct_size > sizeof(T)) {
-    chordrt::throw_error(CHORD_ERROR_INVALID_ARGUMENT, "{}: struct_size must be in [{}, {}], got {}", what,
-                         first_version_size, sizeof(T), p->struct_size);
-  }
-}

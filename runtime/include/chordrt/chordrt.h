@@ -325,6 +325,7 @@ typedef struct chord_mla_cache_write_args {
   void* cache;                 /* [num_slots] records, 16-byte aligned */
   int64_t num_slots;
 } chord_mla_cache_write_args_t;
+#define CHORD_MLA_CACHE_WRITE_ARGS_MIN_SIZE sizeof(chord_mla_cache_write_args_t)
 
 /* Quantizes (fp8_ds_mla: per 128-value tile scale = max(amax / 448, FLT_MIN), values RN(x / scale)
  * saturated to E4M3; RoPE kept BF16) or copies (BF16) each row into its record. */
@@ -347,10 +348,12 @@ typedef struct chord_sparse_mla_decode_args {
   void* out;       /* [T, h, 512] BF16; zero where a query has no valid key */
   float* lse;      /* [T, h] natural-log sum of exp(scale * q.k) over valid keys (the sink not
                       included); +inf where a query has no valid key */
-  void* workspace; /* >= chord_sparse_mla_decode_workspace_size() bytes, 16-byte aligned; may be
-                      NULL when that size is 0 */
+  /* Needed when chord_sparse_mla_decode_workspace_size() is not 0 (a struct that ends before them has
+   * none: CHORD_SPARSE_MLA_DECODE_ARGS_MIN_SIZE). */
+  void* workspace; /* >= that many bytes, 16-byte aligned */
   size_t workspace_bytes;
 } chord_sparse_mla_decode_args_t;
+#define CHORD_SPARSE_MLA_DECODE_ARGS_MIN_SIZE CHORD_ARGS_SIZE_UNTIL(chord_sparse_mla_decode_args_t, lse)
 
 /* Bytes of FP32 partial results the split top-k needs for these args on the current context's device
  * (0 when the heuristic does not split). Depends on num_tokens, num_heads, topk and the device only. */
@@ -375,6 +378,7 @@ typedef struct chord_indexer_cache_write_args {
   int32_t page_size;           /* tokens per page, 1..1024 */
   int64_t num_pages;
 } chord_indexer_cache_write_args_t;
+#define CHORD_INDEXER_CACHE_WRITE_ARGS_MIN_SIZE sizeof(chord_indexer_cache_write_args_t)
 
 /* Per token: scale = max(amax / 448, FLT_MIN), values RN(k / scale) saturated to E4M3. */
 CHORD_API chord_status_t chord_indexer_cache_write(const chord_indexer_cache_write_args_t* args, CUstream stream);
@@ -396,6 +400,7 @@ typedef struct chord_dsa_indexer_args {
   float* logits;               /* [T, max_context] FP32: sum_h w[t,h] * relu(q[t,h] . k_p) * scale_p; -inf
                                   past context_lens[t] */
 } chord_dsa_indexer_args_t;
+#define CHORD_DSA_INDEXER_ARGS_MIN_SIZE sizeof(chord_dsa_indexer_args_t)
 
 /* The indexer's logits for every (query, context position). Graph-capturable. */
 CHORD_API chord_status_t chord_dsa_indexer_logits(const chord_dsa_indexer_args_t* args, CUstream stream);
@@ -414,6 +419,7 @@ typedef struct chord_dsa_topk_args {
   int32_t* indices; /* [T, topk]: the positions (or slots) of the topk largest logits, in no particular
                        order (ties broken arbitrarily); -1 past min(topk, context_lens[t]) */
 } chord_dsa_topk_args_t;
+#define CHORD_DSA_TOPK_ARGS_MIN_SIZE sizeof(chord_dsa_topk_args_t)
 
 /* Top-k selection per row (radix select); its output feeds chord_sparse_mla_decode's indices (with
  * topk_length = min(topk, context_lens)). Graph-capturable. */

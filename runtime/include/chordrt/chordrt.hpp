@@ -100,16 +100,29 @@ inline int32_t indexed_block_m(chord_w4a16_layout_t layout, int32_t num_experts,
 inline void indexed_gemm(const chord_indexed_args_t& a, CUstream stream) { check(chord_indexed_gemm(&a, stream)); }
 
 // ---- Sparse MLA decode and the DSA indexer -----------------------------------------------------------
-// As the chord_* functions (same structs); errors are thrown as chordrt::Error.
 
-CHORD_API size_t mla_cache_record_bytes(int32_t format, int32_t rope_dims);
-CHORD_API void mla_cache_write(const chord_mla_cache_write_args_t& args, CUstream stream);
-CHORD_API size_t sparse_mla_decode_workspace_size(const chord_sparse_mla_decode_args_t& args);
-CHORD_API void sparse_mla_decode(const chord_sparse_mla_decode_args_t& args, CUstream stream);
+inline size_t mla_cache_record_bytes(chord_mla_cache_format_t format, int32_t rope_dims) {
+  return chord_mla_cache_record_bytes(format, rope_dims);
+}
+inline void mla_cache_write(const chord_mla_cache_write_args_t& a, CUstream stream) {
+  check(chord_mla_cache_write(&a, stream));
+}
+inline size_t sparse_mla_decode_workspace_size(const chord_sparse_mla_decode_args_t& a) {
+  size_t bytes = 0;
+  check(chord_sparse_mla_decode_workspace_size(&a, &bytes));
+  return bytes;
+}
+inline void sparse_mla_decode(const chord_sparse_mla_decode_args_t& a, CUstream stream) {
+  check(chord_sparse_mla_decode(&a, stream));
+}
 
-CHORD_API size_t indexer_cache_page_bytes(int32_t page_size);
-CHORD_API void indexer_cache_write(const chord_indexer_cache_write_args_t& args, CUstream stream);
-CHORD_API void dsa_indexer_logits(const chord_dsa_indexer_args_t& args, CUstream stream);
-CHORD_API void dsa_topk(const chord_dsa_topk_args_t& args, CUstream stream);
+inline size_t indexer_cache_page_bytes(int32_t page_size) { return chord_indexer_cache_page_bytes(page_size); }
+inline void indexer_cache_write(const chord_indexer_cache_write_args_t& a, CUstream stream) {
+  check(chord_indexer_cache_write(&a, stream));
+}
+inline void dsa_indexer_logits(const chord_dsa_indexer_args_t& a, CUstream stream) {
+  check(chord_dsa_indexer_logits(&a, stream));
+}
+inline void dsa_topk(const chord_dsa_topk_args_t& a, CUstream stream) { check(chord_dsa_topk(&a, stream)); }
 
 }  // namespace chordrt

@@ -9,7 +9,7 @@
 #include "chordrt/chordrt.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/kernel_registry.hpp"
-#include "runtime/ops/mla_cache.hpp"
+#include "runtime/ops/sparse_mla.hpp"
 #include "tests/test_support.hpp"
 
 using Catch::Matchers::Contains;
@@ -48,7 +48,7 @@ void check_rejected(const chord_mla_cache_write_args_t& a, std::initializer_list
 
 }  // namespace
 
-TEST_CASE("MLA cache record sizes", "[mla]") {
+TEST_CASE("MLA cache record sizes", "[sparse_mla]") {
   CHECK(chord_mla_cache_record_bytes(CHORD_MLA_CACHE_FP8_DS_MLA, 64) == 656);
   CHECK(chord_mla_cache_record_bytes(CHORD_MLA_CACHE_FP8_DS_MLA, 0) == 528);
   CHECK(chord_mla_cache_record_bytes(CHORD_MLA_CACHE_BF16, 64) == 1152);
@@ -64,14 +64,14 @@ TEST_CASE("MLA cache record sizes", "[mla]") {
   }
 }
 
-TEST_CASE("chord_mla_cache_write argument checks", "[mla][capi]") {
+TEST_CASE("chord_mla_cache_write argument checks", "[sparse_mla][capi]") {
   CHECK(chord_mla_cache_write(nullptr, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
   CHECK_THAT(last_error(), Contains("args is null"));
 
   auto a = valid_args();
   a.struct_size = 0;
   CHECK(chord_mla_cache_write(&a, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
-  CHECK_THAT(last_error(), Contains("chord_mla_cache_write_args_t"));
+  CHECK_THAT(last_error(), Contains("chord_mla_cache_write: struct_size"));
   CHECK_THAT(last_error(), Contains("struct_size"));
   a.struct_size = sizeof a + 8;
   CHECK(chord_mla_cache_write(&a, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
@@ -114,7 +114,7 @@ TEST_CASE("chord_mla_cache_write argument checks", "[mla][capi]") {
   check_rejected(a, {"slot_mapping", "8-byte aligned"});
 }
 
-TEST_CASE("chord_mla_cache_write of zero tokens is a no-op", "[mla][capi]") {
+TEST_CASE("chord_mla_cache_write of zero tokens is a no-op", "[sparse_mla][capi]") {
   // No launch, no driver needed, null buffers allowed (empty tensors have no storage)...
   chord_mla_cache_write_args_t a{};
   a.struct_size = sizeof a;
@@ -127,7 +127,7 @@ TEST_CASE("chord_mla_cache_write of zero tokens is a no-op", "[mla][capi]") {
   CHECK_THAT(last_error(), Contains("format"));
 }
 
-TEST_CASE("chord_mla_cache_write in compile-only mode", "[mla][capi]") {
+TEST_CASE("chord_mla_cache_write in compile-only mode", "[sparse_mla][capi]") {
   if (chordrt::driver().state == chordrt::DriverState::kReady) {
     SUCCEED("a CUDA driver is ready: the GPU tests cover real launches");
     return;
@@ -137,20 +137,20 @@ TEST_CASE("chord_mla_cache_write in compile-only mode", "[mla][capi]") {
   CHECK((s == CHORD_ERROR_NO_DRIVER || s == CHORD_ERROR_NO_DEVICE));
 }
 
-TEST_CASE("the MLA cache writer family's descriptors", "[mla]") {
-  const chordrt::KernelFamily& f = chordrt::ops::kMlaCacheWriteFamily;
-  CHECK(chordrt::find_family("mla.cache_write") == &f);
-  const auto examples = f.examples(kHopper);
+TEST_CASE("the MLA cache writer family's keys", "[sparse_mla]") {
+  using chordrt::ops::SparseMlaCacheWriteFamily;
+  CHECK(chordrt::find_family("sparse_mla.cache_write") == &SparseMlaCacheWriteFamily::family());
+  const auto examples = SparseMlaCacheWriteFamily::examples({});
   CHECK(examples.size() == 4);  // both formats, RoPE 64 and NoPE
-  for (const auto& d : examples) {
-    const chordrt::KernelProgram p = f.program(d);
-    CHECK(p.header == "mla/cache_write.cuh");
-    CHECK_THAT(p.name_expression, Contains("chord::mla::cache_write_kernel<"));
-    CHECK(p.threads % 32 == 0);
+  for (const auto& k : examples) {
+    const chordrt::KernelProgram p = SparseMlaCacheWriteFamily::program(k);
+    CHECK(p.header == "sparse_mla/cache_write.cuh");
+    CHECK(p.threads == 128);  // 4 rows per CTA, a warp each
   }
-  const auto d = chordrt::ops::mla_cache_write_descriptor(kHopper, CHORD_MLA_CACHE_BF16, 0);
-  CHECK(f.program(d).name_expression == "chord::mla::cache_write_kernel<1, 0, 4>");
-  chordrt::jit::Descriptor bad = d;
-  bad.values[1] = 32;
-  chordrt::test::check_invalid_argument([&] { f.program(bad); }, {"mla.cache_write", "out of the kernel's range"});
+  const auto k = chordrt::ops::sparse_mla_cache_write_key(CHORD_MLA_CACHE_BF16, 0);
+  CHECK(SparseMlaCacheWriteFamily::program(k).name_expression == "chord::sparse_mla::cache_write_kernel<1, 0, 4>");
+  chordrt::test::check_invalid_argument([&] { SparseMlaCacheWriteFamily::program({0, 32, 4}); },
+                                        {"sparse_mla.cache_write", "rope_dims", "32"});
+  chordrt::test::check_invalid_argument([&] { (void)SparseMlaCacheWriteFamily::descriptor(kHopper, {2, 64, 4}); },
+                                        {"sparse_mla.cache_write", "format must be in [0, 1], got 2"});
 }

@@ -6,11 +6,9 @@
 #pragma once
 
 #include "common/fp8.cuh"
+#include "dsa_indexer/params.cuh"
 
-namespace chord::dsa {
-
-inline constexpr int kHeadDim = 128;
-inline constexpr int kTokenBytes = kHeadDim + 4;  // E4M3 key + FP32 scale
+namespace chord::dsa_indexer {
 
 template <int WARPS>
 __global__ void __launch_bounds__(WARPS * 32)
@@ -40,4 +38,4 @@ __global__ void __launch_bounds__(WARPS * 32)
   }
 }
 
-}  // namespace chord::dsa
+}  // namespace chord::dsa_indexer

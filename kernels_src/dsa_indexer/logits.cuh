@@ -19,20 +19,9 @@
 #include "common/async_copy.cuh"
 #include "common/mma.cuh"
 #include "common/warpgroup.cuh"
-#include "dsa/key_cache.cuh"
+#include "dsa_indexer/params.cuh"
 
-namespace chord::dsa {
-
-// Shared memory of one config, in bytes (heuristics/dsa_indexer.cpp mirrors it).
-template <int PAGE, int KEY_WARPS, int HEAD_GROUPS, int STAGES, int KEYS_PER_CTA>
-struct LogitsSmem {
-  static constexpr int kStageKeys = KEY_WARPS * 32;
-  static constexpr int kKeyBytes = STAGES * kStageKeys * kHeadDim;
-  static constexpr int kScaleBytes = STAGES * kStageKeys * 4;
-  static constexpr int kPartialBytes = HEAD_GROUPS * kStageKeys * 4;
-  static constexpr int kPages = (KEYS_PER_CTA + PAGE - 1) / PAGE + 1;  // a range may straddle a page
-  static constexpr int kBytes = kKeyBytes + kScaleBytes + kPartialBytes + HEAD_GROUPS * 64 * 4 + kPages * 4;
-};
+namespace chord::dsa_indexer {
 
 template <int HEADS, int PAGE, int KEY_WARPS, int HEAD_GROUPS, int STAGES, int KEYS_PER_CTA>
 __global__ void __launch_bounds__(KEY_WARPS* HEAD_GROUPS * 32, KEY_WARPS* HEAD_GROUPS == 4 ? 3 : 1)
@@ -48,17 +37,17 @@ __global__ void __launch_bounds__(KEY_WARPS* HEAD_GROUPS * 32, KEY_WARPS* HEAD_G
   // cp.async needs its global source aligned to the copy size: page starts are 132 * PAGE bytes apart.
   constexpr int kCopy = PAGE % 4 == 0 ? 16 : PAGE % 2 == 0 ? 8 : 4;
   constexpr int kPieces = kHeadDim / kCopy;  // copies per key
-  using Smem = LogitsSmem<PAGE, KEY_WARPS, HEAD_GROUPS, STAGES, KEYS_PER_CTA>;
+  constexpr LogitsSmem S = logits_smem(PAGE, KEY_WARPS, HEAD_GROUPS, STAGES, KEYS_PER_CTA);
   static_assert(HEADS % 8 == 0 && HEADS <= 64 * HEAD_GROUPS, "heads: a multiple of 8, at most 64 per warp");
   static_assert(KEYS_PER_CTA % kStageKeys == 0, "a CTA's range is whole stages");
   static_assert(STAGES >= 2, "at least double buffering");
 
   extern __shared__ __align__(128) uint8_t smem[];
-  uint8_t* keys_s = smem;                                              // [STAGES][kStageKeys][128], swizzled
-  float* scales_s = reinterpret_cast<float*>(smem + Smem::kKeyBytes);  // [STAGES][kStageKeys]
-  float* partial_s = scales_s + STAGES * kStageKeys;                   // [HEAD_GROUPS][kStageKeys]
-  float* weights_s = partial_s + HEAD_GROUPS * kStageKeys;             // [HEAD_GROUPS * 64]: shared, not registers
-  int32_t* pages_s = reinterpret_cast<int32_t*>(weights_s + HEAD_GROUPS * 64);  // -1 = invalid
+  uint8_t* keys_s = smem + S.keys;
+  float* scales_s = reinterpret_cast<float*>(smem + S.scales);
+  float* partial_s = reinterpret_cast<float*>(smem + S.partial);
+  float* weights_s = reinterpret_cast<float*>(smem + S.weights);  // shared, not registers
+  int32_t* pages_s = reinterpret_cast<int32_t*>(smem + S.pages);  // -1 = invalid
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid / 32;
   const int key_warp = warp % KEY_WARPS, group = warp / KEY_WARPS;
@@ -191,4 +180,4 @@ __global__ void __launch_bounds__(KEY_WARPS* HEAD_GROUPS * 32, KEY_WARPS* HEAD_G
   }
 }
 
-}  // namespace chord::dsa
+}  // namespace chord::dsa_indexer

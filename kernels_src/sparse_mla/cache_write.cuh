@@ -8,9 +8,9 @@
 #pragma once
 
 #include "common/fp8.cuh"
-#include "mla/record.cuh"
+#include "sparse_mla/params.cuh"
 
-namespace chord::mla {
+namespace chord::sparse_mla {
 
 __device__ __forceinline__ float bf16_bits_to_float(uint32_t bits16) { return __uint_as_float(bits16 << 16); }
 
@@ -52,10 +52,9 @@ template <int FORMAT, int ROPE_DIMS, int WARPS>
 __global__ void __launch_bounds__(WARPS * 32)
     cache_write_kernel(const bf16* __restrict__ kv, const int64_t* __restrict__ slot_mapping,
                        uint8_t* __restrict__ cache, int64_t num_tokens, int64_t num_slots) {
-  static_assert(FORMAT == 0 || FORMAT == 1, "format: 0 = fp8_ds_mla, 1 = bf16");
-  static_assert(ROPE_DIMS == 0 || ROPE_DIMS == 64, "rope_dims: 0 or 64");
+  constexpr int64_t kRecordBytes = record_layout(FORMAT, ROPE_DIMS).bytes;
+  static_assert(kRecordBytes > 0, "format 0 (fp8_ds_mla) or 1 (bf16); rope_dims 0 or 64");
   constexpr int kRowDims = kNopeDims + ROPE_DIMS;
-  constexpr int64_t kRecordBytes = Record<FORMAT, ROPE_DIMS>::kBytes;
   const int lane = threadIdx.x & 31;
   for (int64_t t = static_cast<int64_t>(blockIdx.x) * WARPS + threadIdx.x / 32; t < num_tokens;
        t += static_cast<int64_t>(gridDim.x) * WARPS) {
@@ -71,4 +70,4 @@ __global__ void __launch_bounds__(WARPS * 32)
   }
 }
 
-}  // namespace chord::mla
+}  // namespace chord::sparse_mla

@@ -14,8 +14,9 @@
 #pragma once
 
 #include "common/warp.cuh"
+#include "dsa_indexer/params.cuh"
 
-namespace chord::dsa {
+namespace chord::dsa_indexer {
 
 // Ascending floats -> ascending uint32 (negative: all bits flipped; positive: sign set).
 __device__ __forceinline__ uint32_t order_key(float f) {
@@ -100,7 +101,7 @@ __global__ void __launch_bounds__(THREADS)
     topk_kernel(const float* __restrict__ logits, int32_t max_context, const int32_t* __restrict__ context_lens,
                 int32_t topk, const int32_t* __restrict__ block_table, int32_t max_pages_per_seq, int32_t page_size,
                 int32_t* __restrict__ indices) {
-  constexpr int kBins = 2048;
+  constexpr int kBins = kTopkBins;
   static_assert(THREADS % 32 == 0 && THREADS <= 1024 && kBins % THREADS == 0, "THREADS: warps dividing 2048");
   extern __shared__ __align__(16) uint8_t smem[];
   int32_t* hist = reinterpret_cast<int32_t*>(smem);                       // [kBins]
@@ -206,4 +207,4 @@ __global__ void __launch_bounds__(THREADS)
   });
 }
 
-}  // namespace chord::dsa
+}  // namespace chord::dsa_indexer

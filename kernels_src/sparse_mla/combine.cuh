@@ -6,21 +6,10 @@
 // was latency-bound, 17 us at T = 1).
 #pragma once
 
-#include "mla/decode.cuh"
+#include "common/types.cuh"
+#include "sparse_mla/params.cuh"
 
-namespace chord::mla {
-
-// Must match runtime/ops/sparse_mla.cpp's host mirror field for field.
-struct CombineParams {
-  const float* part_out;  // [rows, splits, 512]
-  const float* part_lse;  // [rows, splits]
-  const float* sink;      // optional [H]
-  bf16* out;              // [rows, 512]
-  float* lse;             // [rows]; one CTA per row (token, head)
-  int32_t splits;
-};
-
-constexpr int kCombineThreads = kNopeDims / 4;
+namespace chord::sparse_mla {
 
 template <int H>
 __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_kernel(const CombineParams p) {
@@ -58,4 +47,4 @@ __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_kernel(con
   if (threadIdx.x == 0) p.lse[row] = lmax + logf(wsum);
 }
 
-}  // namespace chord::mla
+}  // namespace chord::sparse_mla

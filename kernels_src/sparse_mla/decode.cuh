@@ -1,6 +1,6 @@
 // Sparse MLA decode: for one query token and HG of its heads, attention over the cache records its
 // indices select, a contiguous range of 64-key blocks per CTA (split-K when splits > 1: the FP32 partials
-// and their LSEs go to a workspace and mla/combine.cuh merges them).
+// and their LSEs go to a workspace and sparse_mla/combine.cuh merges them).
 //
 // Per block (mma.sync m16n8k16, heads on the N side so 8 heads fill an MMA):
 //  - each warp brings 64 / WARPS records into shared memory with one bulk copy per lane (invalid keys: zeros);
@@ -20,31 +20,12 @@
 #include "common/fp8.cuh"
 #include "common/mma.cuh"
 #include "common/tma.cuh"
-#include "mla/record.cuh"
+#include "sparse_mla/params.cuh"
 
-namespace chord::mla {
+namespace chord::sparse_mla {
 
-constexpr int kBlockKeys = 64;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
-
-// Must match runtime/ops/sparse_mla.cpp's host mirror field for field.
-struct DecodeParams {
-  const bf16* q;               // [T, H, 512 + ROPE]
-  const uint8_t* cache;        // records
-  const int32_t* indices;      // [T, topk]
-  const int32_t* topk_length;  // optional [T]
-  const float* sink;           // optional [H]
-  bf16* out;                   // [T, H, 512]
-  float* lse;                  // [T, H]
-  float* part_out;             // [T, H, splits, 512] when splits > 1
-  float* part_lse;             // [T, H, splits]
-  int64_t num_slots;
-  int32_t topk;
-  int32_t splits;
-  int32_t blocks_per_split;
-  float scale_log2;  // softmax scale * log2(e)
-};
 
 template <bool F16>
 __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
@@ -55,37 +36,16 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], 
   }
 }
 
-// Shared memory of one CTA, in bytes from the dynamic base.
-template <int FORMAT, int ROPE, int HG, int WARPS, int STAGES>
-struct DecodeSmem {
-  using R = Record<FORMAT, ROPE>;
-  // BF16 rows are 0 mod 128 bytes long; 16 more spread the P.V loads of neighbouring keys over the banks.
-  static constexpr int kRowBytes = R::kFp8 ? R::kBytes : R::kBytes + 16;
-  static constexpr int kQRowBytes = 2 * kNopeDims + 16;
-  static constexpr int kRopeRowBytes = 2 * ROPE + 16;
-  static constexpr int kPRow = kBlockKeys + 8;  // floats
-  static constexpr int kRaw = 0;
-  static constexpr int kQ = kRaw + STAGES * kBlockKeys * kRowBytes;
-  static constexpr int kRope = kQ + HG * kQRowBytes;
-  static constexpr int kP = kRope + HG * kRopeRowBytes;
-  static constexpr int kRed = kP + HG * kPRow * 4;  // [4 key groups][HG] running maxima
-  static constexpr int kSum = kRed + 4 * HG * 4;    // [4 key groups][HG] denominators (at the end)
-  static constexpr int kInvPre = kSum + 4 * HG * 4;
-  static constexpr int kMask = kInvPre + HG * 4;  // [STAGES][WARPS] u32: valid keys, a bit per record
-  static constexpr int kBars = (kMask + STAGES * WARPS * 4 + 7) / 8 * 8;
-  // Partial S of the second dim-split warp of each key group (8 warps on 8 heads): [4][32 lanes][4].
-  static constexpr int kPartial = kBars + STAGES * 8;
-  static constexpr int kBytes = kPartial + (WARPS == 8 && HG == 8 ? 4 * 32 * 4 * 4 : 0);
-};
-
 template <int FORMAT, int ROPE, int H, int HG, int WARPS, int STAGES>
 // Two 8-warp CTAs per SM up to 16 heads (<= 128 registers); beyond, one CTA holds the accumulators
 // (16 warps: <= 128 registers each as well).
 __global__ void __launch_bounds__(WARPS * 32, WARPS == 8 && HG <= 16 ? 2 : 1)
     sparse_mla_decode_kernel(const DecodeParams p) {
-  using S = DecodeSmem<FORMAT, ROPE, HG, WARPS, STAGES>;
-  using R = typename S::R;
-  constexpr bool kFp8 = R::kFp8;
+  constexpr DecodeSmem S = decode_smem(FORMAT, ROPE, HG, WARPS, STAGES);
+  constexpr RecordLayout R = record_layout(FORMAT, ROPE);
+  static_assert(R.bytes > 0, "format 0 (fp8_ds_mla) or 1 (bf16); RoPE dims 64, or 0 on NoPE layers");
+  static_assert(R.bytes % 16 == 0, "records move as 16-byte pieces");
+  constexpr bool kFp8 = R.fp8;
   // S-phase warps per key group split the heads (8 or more each), else the dims (two halves, partial
   // sums exchanged in pairs).
   constexpr int kHeadSplits = WARPS / 4 < HG / 8 ? WARPS / 4 : HG / 8;
@@ -102,15 +62,15 @@ __global__ void __launch_bounds__(WARPS * 32, WARPS == 8 && HG <= 16 ? 2 : 1)
   static_assert(kTileDims % DPW == 0, "a P.V warp stays inside one scale tile");
 
   extern __shared__ __align__(128) uint8_t smem[];
-  uint8_t* raw = smem + S::kRaw;
-  uint8_t* q_s = smem + S::kQ;
-  uint8_t* rope_s = smem + S::kRope;
-  float* p_s = reinterpret_cast<float*>(smem + S::kP);
-  float* red_s = reinterpret_cast<float*>(smem + S::kRed);
-  float* l_s = reinterpret_cast<float*>(smem + S::kSum);
-  float* inv_pre_s = reinterpret_cast<float*>(smem + S::kInvPre);
-  uint32_t* mask_s = reinterpret_cast<uint32_t*>(smem + S::kMask);
-  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + S::kBars);
+  uint8_t* raw = smem + S.raw;
+  uint8_t* q_s = smem + S.q;
+  uint8_t* rope_s = smem + S.rope;
+  float* p_s = reinterpret_cast<float*>(smem + S.p);
+  float* red_s = reinterpret_cast<float*>(smem + S.red);
+  float* l_s = reinterpret_cast<float*>(smem + S.sum);
+  float* inv_pre_s = reinterpret_cast<float*>(smem + S.inv_pre);
+  uint32_t* mask_s = reinterpret_cast<uint32_t*>(smem + S.mask);
+  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + S.bars);
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
   const int head0 = (blockIdx.x % (H / HG)) * HG;
@@ -151,14 +111,14 @@ __global__ void __launch_bounds__(WARPS * 32, WARPS == 8 && HG <= 16 ? 2 : 1)
     const uint32_t ballot = __ballot_sync(~0u, valid);
     if (lane == 0) mask_s[stage * WARPS + warp] = ballot;
     if (!loader) return;
-    uint8_t* row = raw + (stage * kBlockKeys + record) * S::kRowBytes;
+    uint8_t* row = raw + (stage * kBlockKeys + record) * S.row_bytes;
     if (valid) {
       fence_proxy_async();  // after this thread's earlier zero stores to the row
-      mbarrier_arrive_expect_bytes(&bars[stage], R::kBytes);
-      bulk_copy(row, p.cache + static_cast<int64_t>(slot) * R::kBytes, R::kBytes, &bars[stage]);
+      mbarrier_arrive_expect_bytes(&bars[stage], R.bytes);
+      bulk_copy(row, p.cache + static_cast<int64_t>(slot) * R.bytes, R.bytes, &bars[stage]);
     } else {
 #pragma unroll 4
-      for (int o = 0; o < R::kBytes; o += 16) *reinterpret_cast<uint4*>(row + o) = make_uint4(0, 0, 0, 0);
+      for (int o = 0; o < R.bytes; o += 16) *reinterpret_cast<uint4*>(row + o) = make_uint4(0, 0, 0, 0);
       mbarrier_arrive(&bars[stage]);
     }
   };
@@ -167,10 +127,10 @@ __global__ void __launch_bounds__(WARPS * 32, WARPS == 8 && HG <= 16 ? 2 : 1)
   // q into shared memory: the NoPE part as F16 times 2^e per head (max |q| lands in [2^14, 2^15), so
   // every BF16 value is exact and nothing overflows) for E4M3 caches, as BF16 for BF16 caches.
   for (int hh = warp; hh < HG; hh += WARPS) {
-    const bf16* qrow = p.q + (t * H + head0 + hh) * R::kDims;
+    const bf16* qrow = p.q + (t * H + head0 + hh) * R.dims;
     const uint4 v0 = *reinterpret_cast<const uint4*>(qrow + lane * 16);
     const uint4 v1 = *reinterpret_cast<const uint4*>(qrow + lane * 16 + 8);
-    uint4* dst = reinterpret_cast<uint4*>(q_s + hh * S::kQRowBytes + lane * 32);
+    uint4* dst = reinterpret_cast<uint4*>(q_s + hh * S.q_row_bytes + lane * 32);
     if constexpr (kFp8) {
       const uint32_t w[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
       float f[16], amax = 0.f;
@@ -197,7 +157,7 @@ __global__ void __launch_bounds__(WARPS * 32, WARPS == 8 && HG <= 16 ? 2 : 1)
     }
     if constexpr (ROPE > 0) {
       if (lane < ROPE / 8) {
-        *reinterpret_cast<uint4*>(rope_s + hh * S::kRopeRowBytes + lane * 16) =
+        *reinterpret_cast<uint4*>(rope_s + hh * S.rope_row_bytes + lane * 16) =
             *reinterpret_cast<const uint4*>(qrow + kNopeDims + lane * 8);
       }
     }
@@ -232,7 +192,7 @@ __global__ void __launch_bounds__(WARPS * 32, WARPS == 8 && HG <= 16 ? 2 : 1)
   for (int i = 0; i < nblocks; ++i) {
     const int stage = i % STAGES;
     mbarrier_wait(&bars[stage], (i / STAGES) & 1);
-    const uint8_t* rows = raw + stage * kBlockKeys * S::kRowBytes;
+    const uint8_t* rows = raw + stage * kBlockKeys * S.row_bytes;
     auto key_valid = [&](int key) {
       return (mask_s[stage * WARPS + key / kRecordsPerWarp] >> (key % kRecordsPerWarp)) & 1u;
     };
@@ -241,9 +201,9 @@ __global__ void __launch_bounds__(WARPS * 32, WARPS == 8 && HG <= 16 ? 2 : 1)
     float s[NTS][4];
 #pragma unroll
     for (int n = 0; n < NTS; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
-    const uint8_t* k0 = rows + key0 * S::kRowBytes;
-    const uint8_t* k1 = rows + key1 * S::kRowBytes;
-    const uint8_t* qh = q_s + (hs * HS + g) * S::kQRowBytes;
+    const uint8_t* k0 = rows + key0 * S.row_bytes;
+    const uint8_t* k1 = rows + key1 * S.row_bytes;
+    const uint8_t* qh = q_s + (hs * HS + g) * S.q_row_bytes;
     if constexpr (kFp8) {
 #pragma unroll
       for (int tt = 0; tt < kTiles / kDimSplits; ++tt) {
@@ -270,15 +230,15 @@ __global__ void __launch_bounds__(WARPS * 32, WARPS == 8 && HG <= 16 ? 2 : 1)
           }
 #pragma unroll
           for (int n = 0; n < NTS; ++n) {
-            const uint4* qp = reinterpret_cast<const uint4*>(qh + 8 * n * S::kQRowBytes + 2 * d0);
+            const uint4* qp = reinterpret_cast<const uint4*>(qh + 8 * n * S.q_row_bytes + 2 * d0);
             const uint4 qa = qp[0], qb = qp[1];
             const uint32_t qw[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
 #pragma unroll
             for (int j = 0; j < 4; ++j) mma_f16_m16n8k16(part[2 * half + (j & 1)][n], a[j], qw[2 * j], qw[2 * j + 1]);
           }
         }
-        const float sc0 = *reinterpret_cast<const float*>(k0 + R::kScaleOffset + 4 * tl);
-        const float sc1 = *reinterpret_cast<const float*>(k1 + R::kScaleOffset + 4 * tl);
+        const float sc0 = *reinterpret_cast<const float*>(k0 + R.scale_offset + 4 * tl);
+        const float sc1 = *reinterpret_cast<const float*>(k1 + R.scale_offset + 4 * tl);
 #pragma unroll
         for (int n = 0; n < NTS; ++n) {
 #pragma unroll
@@ -301,7 +261,7 @@ __global__ void __launch_bounds__(WARPS * 32, WARPS == 8 && HG <= 16 ? 2 : 1)
         const uint32_t w1[8] = {x1.x, x1.y, x1.z, x1.w, y1.x, y1.y, y1.z, y1.w};
 #pragma unroll
         for (int n = 0; n < NTS; ++n) {
-          const uint4* qp = reinterpret_cast<const uint4*>(qh + 8 * n * S::kQRowBytes + 2 * d0);
+          const uint4* qp = reinterpret_cast<const uint4*>(qh + 8 * n * S.q_row_bytes + 2 * d0);
           const uint4 qa = qp[0], qb = qp[1];
           const uint32_t qw[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
 #pragma unroll
@@ -313,14 +273,14 @@ __global__ void __launch_bounds__(WARPS * 32, WARPS == 8 && HG <= 16 ? 2 : 1)
       }
     }
     if (ROPE > 0 && dh == kDimSplits - 1) {
-      const uint4* kp0 = reinterpret_cast<const uint4*>(k0 + R::kRopeOffset + 32 * c);
-      const uint4* kp1 = reinterpret_cast<const uint4*>(k1 + R::kRopeOffset + 32 * c);
+      const uint4* kp0 = reinterpret_cast<const uint4*>(k0 + R.rope_offset + 32 * c);
+      const uint4* kp1 = reinterpret_cast<const uint4*>(k1 + R.rope_offset + 32 * c);
       const uint4 x0 = kp0[0], y0 = kp0[1], x1 = kp1[0], y1 = kp1[1];
       const uint32_t w0[8] = {x0.x, x0.y, x0.z, x0.w, y0.x, y0.y, y0.z, y0.w};
       const uint32_t w1[8] = {x1.x, x1.y, x1.z, x1.w, y1.x, y1.y, y1.z, y1.w};
 #pragma unroll
       for (int n = 0; n < NTS; ++n) {
-        const uint4* qp = reinterpret_cast<const uint4*>(rope_s + (hs * HS + 8 * n + g) * S::kRopeRowBytes + 32 * c);
+        const uint4* qp = reinterpret_cast<const uint4*>(rope_s + (hs * HS + 8 * n + g) * S.rope_row_bytes + 32 * c);
         const uint4 qa = qp[0], qb = qp[1];
         const uint32_t qw[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
 #pragma unroll
@@ -335,7 +295,7 @@ __global__ void __launch_bounds__(WARPS * 32, WARPS == 8 && HG <= 16 ? 2 : 1)
     // Each S-phase warp keeps its own running max per head (m_s); P is relative to it, and the P.V warps
     // rebase each key group's P on the CTA max when they read it, so no barrier separates S from P.
     if constexpr (kDimSplits == 2) {
-      float4* partial = reinterpret_cast<float4*>(smem + S::kPartial) + kg * 32 + lane;
+      float4* partial = reinterpret_cast<float4*>(smem + S.partial) + kg * 32 + lane;
       if (dh == 1) *partial = make_float4(s[0][0], s[0][1], s[0][2], s[0][3]);
       asm volatile("bar.sync %0, 64;" ::"r"(1 + kg) : "memory");
       if (dh == 0) {
@@ -361,7 +321,7 @@ __global__ void __launch_bounds__(WARPS * 32, WARPS == 8 && HG <= 16 ? 2 : 1)
         const float p0 = exp2f(s[n][j] - ms), p1 = exp2f(s[n][2 + j] - ms);
         l_part[n][j] = l_part[n][j] * a + p0 + p1;
         const int head = hs * HS + 8 * n + 2 * c + j;
-        float* prow = p_s + head * S::kPRow;
+        float* prow = p_s + head * S.p_row;
         prow[key0] = p0;
         prow[key1] = p1;
         if (g == 0) red_s[kg * HG + head] = mn;
@@ -398,8 +358,8 @@ __global__ void __launch_bounds__(WARPS * 32, WARPS == 8 && HG <= 16 ? 2 : 1)
     // ---- O^T += V^T P^T ----
     float kscale_mul = 1.f;
     if constexpr (kFp8) {
-      const float* sc = reinterpret_cast<const float*>(rows + R::kScaleOffset + 4 * tile);
-      float smax = fmaxf(sc[lane * (S::kRowBytes / 4)], sc[(lane + 32) * (S::kRowBytes / 4)]);
+      const float* sc = reinterpret_cast<const float*>(rows + R.scale_offset + 4 * tile);
+      float smax = fmaxf(sc[lane * (S.row_bytes / 4)], sc[(lane + 32) * (S.row_bytes / 4)]);
 #pragma unroll
       for (int o = 16; o > 0; o /= 2) smax = fmaxf(smax, __shfl_xor_sync(~0u, smax, o));
       smax = smax > 0.f ? smax : 1.f;
@@ -422,11 +382,11 @@ __global__ void __launch_bounds__(WARPS * 32, WARPS == 8 && HG <= 16 ? 2 : 1)
 #pragma unroll
     for (int ks = 0; ks < kBlockKeys / 16; ++ks) {
       const int ka = 16 * ks + 2 * c;  // this lane's keys: ka, ka + 1, ka + 8, ka + 9
-      const uint8_t* ra = rows + ka * S::kRowBytes;
-      constexpr int RB = S::kRowBytes;
+      const uint8_t* ra = rows + ka * S.row_bytes;
+      constexpr int RB = S.row_bytes;
       float f[4] = {1.f, 1.f, 1.f, 1.f};
       if constexpr (kFp8) {
-        const int so = R::kScaleOffset + 4 * tile;
+        const int so = R.scale_offset + 4 * tile;
         f[0] = *reinterpret_cast<const float*>(ra + so) * kscale_mul;
         f[1] = *reinterpret_cast<const float*>(ra + RB + so) * kscale_mul;
         f[2] = *reinterpret_cast<const float*>(ra + 8 * RB + so) * kscale_mul;
@@ -436,7 +396,7 @@ __global__ void __launch_bounds__(WARPS * 32, WARPS == 8 && HG <= 16 ? 2 : 1)
       uint32_t b[NT][2], b_lo[kFp8 ? 1 : NT][2];
 #pragma unroll
       for (int n = 0; n < NT; ++n) {
-        const float* pr = p_s + (8 * n + g) * S::kPRow + ka;
+        const float* pr = p_s + (8 * n + g) * S.p_row + ka;
         float2 p01 = *reinterpret_cast<const float2*>(pr);
         float2 p89 = *reinterpret_cast<const float2*>(pr + 8);
         // Keys ka..ka+9 are all in key group ks.
@@ -557,4 +517,4 @@ __global__ void __launch_bounds__(WARPS * 32, WARPS == 8 && HG <= 16 ? 2 : 1)
   }
 }
 
-}  // namespace chord::mla
+}  // namespace chord::sparse_mla

@@ -1,0 +1,119 @@
+// The sparse MLA kernels' contract (cache_write.cuh, decode.cuh, combine.cuh): the latent cache record
+// (SPEC §3.4), the by-value parameter structs, the decode kernel's shared-memory layout and the template
+// ranges. Shared by the kernels, heuristics/sparse_mla and runtime/ops/sparse_mla*.
+#pragma once
+
+#include "common/host_device.cuh"
+
+#if !defined(__CUDACC_RTC__)
+#include <cstddef>
+#endif
+
+namespace chord::sparse_mla {
+
+constexpr int kNopeDims = 512;
+constexpr int kTileDims = 128;  // values per FP32 scale in fp8_ds_mla
+constexpr int kTiles = kNopeDims / kTileDims;
+constexpr int kBlockKeys = 64;  // keys per decode pipeline stage
+constexpr int kMaxHeads = 128;
+constexpr int kMaxSplits = 64;
+constexpr int kMaxTokens = 65535;               // grid.y
+constexpr int kCombineThreads = kNopeDims / 4;  // 4 dims per thread
+constexpr int kCacheWriteWarps = 4;             // one warp per token row
+
+enum CacheFormat : int { kFp8DsMla = 0, kBf16 = 1 };
+
+// One token's record: fp8_ds_mla is 512 E4M3 values, 4 FP32 scales (one per 128-value tile), then the
+// RoPE dims as BF16; BF16 is the 512 + RoPE dims as BF16. A paged cache is an array of records, so slot
+// s is record s whatever the page size. bytes = 0 for an unknown format or RoPE dims other than 0 / 64.
+struct RecordLayout {
+  bool fp8;
+  int dims, nope_bytes, scale_offset, rope_offset, bytes;
+};
+CHORD_HD constexpr RecordLayout record_layout(int format, int rope) {
+  RecordLayout r{format == kFp8DsMla, kNopeDims + rope, 0, 0, 0, 0};
+  if ((format != kFp8DsMla && format != kBf16) || (rope != 0 && rope != 64)) return r;
+  r.nope_bytes = r.fp8 ? kNopeDims : 2 * kNopeDims;
+  r.scale_offset = r.nope_bytes;  // fp8 only
+  r.rope_offset = r.nope_bytes + (r.fp8 ? 4 * kTiles : 0);
+  r.bytes = r.rope_offset + 2 * rope;
+  return r;
+}
+static_assert(record_layout(kFp8DsMla, 64).bytes == 656 && record_layout(kBf16, 64).bytes == 1152 &&
+                  record_layout(kFp8DsMla, 0).bytes == 528 && record_layout(kBf16, 0).bytes == 1024,
+              "SPEC §3.4 record sizes");
+
+// Shared memory of one decode CTA, in bytes from the dynamic base.
+struct DecodeSmem {
+  int row_bytes, q_row_bytes, rope_row_bytes, p_row;  // p_row in floats
+  int raw, q, rope, p;
+  int red;      // [4 key groups][HG] running maxima
+  int sum;      // [4 key groups][HG] denominators (at the end)
+  int inv_pre;  // [HG] q prescales
+  int mask;     // [STAGES][WARPS] u32: valid keys, a bit per record
+  int bars;     // [STAGES] mbarriers
+  int partial;  // partial S of the second dim-split warp of each key group (8 warps on 8 heads): [4][32][4]
+  int bytes;
+};
+CHORD_HD constexpr DecodeSmem decode_smem(int format, int rope, int hg, int warps, int stages) {
+  const RecordLayout r = record_layout(format, rope);
+  DecodeSmem s{};
+  // BF16 rows are 0 mod 128 bytes long; 16 more spread the P.V loads of neighbouring keys over the banks.
+  s.row_bytes = r.fp8 ? r.bytes : r.bytes + 16;
+  s.q_row_bytes = 2 * kNopeDims + 16;
+  s.rope_row_bytes = 2 * rope + 16;
+  s.p_row = kBlockKeys + 8;
+  s.raw = 0;
+  s.q = s.raw + stages * kBlockKeys * s.row_bytes;
+  s.rope = s.q + hg * s.q_row_bytes;
+  s.p = s.rope + hg * s.rope_row_bytes;
+  s.red = s.p + hg * s.p_row * 4;
+  s.sum = s.red + 4 * hg * 4;
+  s.inv_pre = s.sum + 4 * hg * 4;
+  s.mask = s.inv_pre + hg * 4;
+  s.bars = (s.mask + stages * warps * 4 + 7) / 8 * 8;
+  s.partial = s.bars + stages * 8;
+  s.bytes = s.partial + (warps == 8 && hg == 8 ? 4 * 32 * 4 * 4 : 0);
+  return s;
+}
+
+// decode.cuh's by-value argument (runtime/ops/sparse_mla.cpp fills this same struct).
+struct DecodeParams {
+  const bf16* q;               // [T, H, 512 + ROPE]
+  const uint8_t* cache;        // records
+  const int32_t* indices;      // [T, topk]
+  const int32_t* topk_length;  // optional [T]
+  const float* sink;           // optional [H]
+  bf16* out;                   // [T, H, 512]
+  float* lse;                  // [T, H]
+  float* part_out;             // [T, H, splits, 512] when splits > 1
+  float* part_lse;             // [T, H, splits]
+  int64_t num_slots;
+  int32_t topk;
+  int32_t splits;
+  int32_t blocks_per_split;
+  float scale_log2;  // softmax scale * log2(e)
+};
+static_assert(sizeof(DecodeParams) == 96, "the by-value kernel argument's size");
+#if !defined(__CUDACC_RTC__)  // NVRTC has no offsetof
+static_assert(offsetof(DecodeParams, part_lse) == 64 && offsetof(DecodeParams, num_slots) == 72 &&
+                  offsetof(DecodeParams, topk) == 80 && offsetof(DecodeParams, scale_log2) == 92,
+              "the by-value kernel argument's layout");
+#endif
+
+// combine.cuh's by-value argument.
+struct CombineParams {
+  const float* part_out;  // [rows, splits, 512]
+  const float* part_lse;  // [rows, splits]
+  const float* sink;      // optional [H]
+  bf16* out;              // [rows, 512]
+  float* lse;             // [rows]; one CTA per row (token, head)
+  int32_t splits;
+};
+static_assert(sizeof(CombineParams) == 48, "the by-value kernel argument's size");
+#if !defined(__CUDACC_RTC__)
+static_assert(offsetof(CombineParams, lse) == 32 && offsetof(CombineParams, splits) == 40,
+              "the by-value kernel argument's layout");
+#endif
+
+}  // namespace chord::sparse_mla
