@@ -5,7 +5,8 @@ Kimi K2 (384 experts, top-8), both projections, three cases:
   EP8 prefill: 48 local experts (expert map, rank 0), T tokens in the step (about T routes land locally),
                gate_up N=4096 K=7168, down N=7168 K=2048, W4a16Layout.WGMMA_K64;
   TP8 prefill: all 384 experts, gate_up N=512 K=7168, down N=7168 K=256 (8T routes), WGMMA_K64;
-  EP8 decode:  20 / 50 tokens routed over 48 experts without a map (160 / 400 routes), W4a16Layout.MMA.
+  EP8 decode:  20 / 50 tokens whose routes all land on rank 0's 48 experts (160 / 400 routes; moe_align
+               with the deployment's 384 experts and expert map), W4a16Layout.MMA.
 Per point: routing = chordrt.moe_align(topk_ids, block_size=indexed_block_m(layout, experts, N, K, routes
 expected locally)); gate_up runs on a [T, K] with top_k 8, down on a [8T, K] with the same routing and
 top_k 1. Median µs over CUDA-graph replays that rotate input sets (activations, routing, outputs) and
@@ -61,6 +62,7 @@ class Case:
     experts: int  # on this GPU
     global_experts: int  # moe_align's num_experts
     expert_map: bool  # global -> local map of rank 0 (non-local routes are skipped)
+    routed_experts: int  # topk_ids are drawn over global experts [0, routed_experts): rank 0's are [0, experts)
     layout: str  # chordrt.W4a16Layout member name (the binding takes names)
     shapes: dict  # projection -> (N, K)
 
@@ -72,10 +74,10 @@ class Case:
 EP_SHAPES = {"gate_up": (4096, 7168), "down": (7168, 2048)}
 TP_SHAPES = {"gate_up": (512, 7168), "down": (7168, 256)}
 CASES = (
-    Case("EP8", "prefill", 48, 384, True, "WGMMA_K64", EP_SHAPES),
-    Case("TP8", "prefill", 384, 384, False, "WGMMA_K64", TP_SHAPES),
-    # 160 / 400 routes uniformly over the 48 experts: 48 global experts, no map
-    Case("EP8", "decode", 48, 48, False, "MMA", EP_SHAPES),
+    Case("EP8", "prefill", 48, 384, True, 384, "WGMMA_K64", EP_SHAPES),
+    Case("TP8", "prefill", 384, 384, False, 384, "WGMMA_K64", TP_SHAPES),
+    # 160 / 400 routes uniformly over rank 0's 48 experts (a decode step sized by its local routes)
+    Case("EP8", "decode", 48, 384, True, 48, "MMA", EP_SHAPES),
 )
 # The issue's targets (µs): "case/projection" -> {tokens in the step: µs}
 TARGETS = {
@@ -114,7 +116,7 @@ class RouteSet:
 
     def __init__(self, case, tokens, call_top_k, n, k, block_m, emap, seed):
         dev = torch.device("cuda")
-        ids, _ = mr.random_routing(torch, tokens, TOP_K, case.global_experts, dev, seed=seed)
+        ids, _ = mr.random_routing(torch, tokens, TOP_K, case.routed_experts, dev, seed=seed)
         self.sorted_ids, self.expert_ids, self.post = chordrt.moe_align(
             ids, num_experts=case.global_experts, block_size=block_m, expert_map=emap)
         local = (emap.long()[ids.long()] if emap is not None else ids.long()).reshape(-1)
@@ -143,7 +145,7 @@ class Point:
         self.n, self.k = n, k
         self.top_k = TOP_K if proj == "gate_up" else 1
         # Routes expected on this GPU's experts: what a server knows before routing
-        self.routed_rows = tokens * TOP_K * case.experts // case.global_experts
+        self.routed_rows = tokens * TOP_K * case.experts // case.routed_experts
         self.block_m = block_m or chordrt.indexed_block_m(case.layout, case.experts, n, k, self.routed_rows)
         emap = (mr.contiguous_expert_map(torch, case.global_experts, case.experts, 0, torch.device("cuda"))
                 if case.expert_map else None)
@@ -218,6 +220,7 @@ def bench_point(case, proj, tokens, packed, wsets, bf16, n_isets, ceil, replays,
     row = {
         "case": case.key, "parallel": case.parallel, "phase": case.phase, "layout": case.layout,
         "experts": case.experts, "global_experts": case.global_experts, "expert_map": case.expert_map,
+        "routed_experts": case.routed_experts,
         "projection": proj, "n": point.n, "k": point.k, "tokens": tokens, "top_k": point.top_k,
         "a_rows": point.sets[0].a.shape[0], "routed_rows": point.routed_rows, "local_routes": point.local_routes,
         "touched_experts": point.mean("touched_experts"), "block_m": point.block_m,

@@ -8,8 +8,8 @@ namespace chordrt::heuristics {
 
 MoeAlignConfig select_moe_align(int num_experts, int64_t num_routes, const DeviceFacts& facts) {
   int warps = 32;
-  while (warps > 1 && chord::moe_align_smem_bytes(num_experts, 32 * warps) >
-                          static_cast<uint32_t>(facts.max_smem_per_block_optin)) {
+  while (warps > 1 &&
+         chord::moe_align_smem_bytes(num_experts, 32 * warps) > static_cast<uint32_t>(facts.max_smem_per_block_optin)) {
     --warps;
   }
   return {32 * warps, num_routes > kMoeAlignClusterMinRoutes ? chord::kMoeAlignMaxCluster : 1};

@@ -20,7 +20,8 @@ constexpr double kCombineBlocks = 1.0;
 using chord::sparse_mla::kBlockKeys;
 
 size_t decode_smem(const SparseMlaShape& s, const SparseMlaConfig& c) {
-  return static_cast<size_t>(chord::sparse_mla::decode_smem(s.format, s.rope_dims, c.head_group, c.warps, c.stages).bytes);
+  return static_cast<size_t>(
+      chord::sparse_mla::decode_smem(s.format, s.rope_dims, c.head_group, c.warps, c.stages).bytes);
 }
 
 }  // namespace

@@ -23,7 +23,6 @@ struct WarpDecodeShape {
   bool has_map = false;
 };
 
-
 // Token capacity the kernels are specialized for: the power of two >= tokens, at least 8.
 int warp_decode_token_bucket(int64_t tokens);
 // Local experts with at least one route when each token picks top_k distinct of global_experts

@@ -11,13 +11,21 @@
 namespace chordrt {
 
 std::span<const KernelFamily* const> kernel_families() {
-  static const KernelFamily* const kFamilies[] = {
-      &ops::MoeAlignFamily::family(),  &ops::SiluAndMulFamily::family(), &ops::MoeCombineFamily::family(),
-      &ops::WarpDecodeGateUpFamily::family(), &ops::WarpDecodeDownFamily::family(), &ops::W4a16PackFamily::family(),
-      &ops::GroupedGemmFamily::family(), &ops::IndexedPrefillFamily::family(), &ops::IndexedDecodeFamily::family(),
-      &ops::SparseMlaCacheWriteFamily::family(), &ops::SparseMlaDecodeFamily::family(),
-      &ops::SparseMlaCombineFamily::family(), &ops::DsaIndexerCacheWriteFamily::family(),
-      &ops::DsaIndexerLogitsFamily::family(), &ops::DsaIndexerTopkFamily::family()};
+  static const KernelFamily* const kFamilies[] = {&ops::MoeAlignFamily::family(),
+                                                  &ops::SiluAndMulFamily::family(),
+                                                  &ops::MoeCombineFamily::family(),
+                                                  &ops::WarpDecodeGateUpFamily::family(),
+                                                  &ops::WarpDecodeDownFamily::family(),
+                                                  &ops::W4a16PackFamily::family(),
+                                                  &ops::GroupedGemmFamily::family(),
+                                                  &ops::IndexedPrefillFamily::family(),
+                                                  &ops::IndexedDecodeFamily::family(),
+                                                  &ops::SparseMlaCacheWriteFamily::family(),
+                                                  &ops::SparseMlaDecodeFamily::family(),
+                                                  &ops::SparseMlaCombineFamily::family(),
+                                                  &ops::DsaIndexerCacheWriteFamily::family(),
+                                                  &ops::DsaIndexerLogitsFamily::family(),
+                                                  &ops::DsaIndexerTopkFamily::family()};
   return kFamilies;
 }
 

@@ -19,9 +19,9 @@
 #include "tests/test_support.hpp"
 
 namespace fs = std::filesystem;
+using chordrt::Arch;
 using chordrt::Deployment;
 using chordrt::MoeModelShape;
-using chordrt::Arch;
 using chordrt::jit::Descriptor;
 using chordrt::test::check_invalid_argument;
 using chordrt::test::kHopper;
@@ -237,14 +237,16 @@ TEST_CASE("plan_descriptors for a tensor-parallel deployment", "[plan]") {
   CHECK(clusters == std::vector<int64_t>{1, 8, 1, 8, 1, 8, 1, 8, 1, 8, 1, 8, 1, 8});
   // Under TP each GPU holds intermediate/TP columns: 2048/8 = 256.
   CHECK(silu[0] == chordrt::ops::SiluAndMulFamily::descriptor(kHopper, chordrt::ops::silu_and_mul_key(256)));
-  CHECK(combine[0] == chordrt::ops::MoeCombineFamily::descriptor(kHopper, chordrt::ops::moe_combine_key(8, 7168, false)));
+  CHECK(combine[0] ==
+        chordrt::ops::MoeCombineFamily::descriptor(kHopper, chordrt::ops::moe_combine_key(8, 7168, false)));
   CHECK(combine[0].get("filtered") == 0);
   CHECK(combine[0].get("top_k") == 8);
 
   // Stable order: the same plan twice.
   CHECK(chordrt::plan_descriptors(kimi, Deployment::parse("tp8"), kHopperFacts) == ds);
   // The arch is carried through.
-  for (const auto& d : chordrt::plan_descriptors(kimi, Deployment::parse("tp8"), chordrt::heuristics::DeviceFacts::offline(Arch{100, 'a'}))) {
+  for (const auto& d : chordrt::plan_descriptors(kimi, Deployment::parse("tp8"),
+                                                 chordrt::heuristics::DeviceFacts::offline(Arch{100, 'a'}))) {
     CHECK(d.arch == Arch{100, 'a'});
   }
 }
@@ -274,7 +276,8 @@ TEST_CASE("plan_descriptors for an expert-parallel deployment", "[plan]") {
   check_no_duplicates(ds);
   CHECK(ds.size() == 12);  // FP8 block-128 weights: no warp-decode kernels
   // Kimi K2 at EP8: 48 local experts behind an expert map over 384 ids.
-  const auto kimi_ep8 = chordrt::plan_descriptors(chordrt::resolve_model("kimi-k2"), Deployment::parse("ep8"), kHopperFacts);
+  const auto kimi_ep8 =
+      chordrt::plan_descriptors(chordrt::resolve_model("kimi-k2"), Deployment::parse("ep8"), kHopperFacts);
   const auto wd_down = of_family(kimi_ep8, "warp_decode.down");
   REQUIRE_FALSE(wd_down.empty());
   for (const auto& d : wd_down) {
@@ -291,7 +294,8 @@ TEST_CASE("plan_descriptors for an expert-parallel deployment", "[plan]") {
   const auto combine = of_family(ds, "glue.moe_combine");
   REQUIRE(combine.size() == 1);
   CHECK(combine[0].get("filtered") == 1);
-  CHECK(combine[0] == chordrt::ops::MoeCombineFamily::descriptor(kHopper, chordrt::ops::moe_combine_key(8, 7168, true)));
+  CHECK(combine[0] ==
+        chordrt::ops::MoeCombineFamily::descriptor(kHopper, chordrt::ops::moe_combine_key(8, 7168, true)));
   const auto silu = of_family(ds, "glue.silu_and_mul");
   REQUIRE(silu.size() == 1);
   CHECK(silu[0] == chordrt::ops::SiluAndMulFamily::descriptor(kHopper, chordrt::ops::silu_and_mul_key(2048)));
@@ -326,14 +330,16 @@ TEST_CASE("plan_descriptors adds the grouped GEMMs under expert parallelism", "[
          {std::tuple{GroupedMode::kContiguous, int64_t{4096}, int64_t{7168}, int64_t{128} * experts},
           std::tuple{GroupedMode::kMasked, int64_t{7168}, int64_t{2048}, int64_t{16}}}) {
       const chordrt::heuristics::GroupedShape s{mode, n, k, experts};
-      const auto d = chordrt::ops::GroupedGemmFamily::descriptor(kHopper, chordrt::ops::grouped_gemm_key(s, rows, kHopperFacts));
+      const auto d =
+          chordrt::ops::GroupedGemmFamily::descriptor(kHopper, chordrt::ops::grouped_gemm_key(s, rows, kHopperFacts));
       CHECK(std::find(gemms.begin(), gemms.end(), d) != gemms.end());
     }
   }
   // Tensor parallelism uses other families; a model without INT4 weights gets none.
   CHECK(of_family(chordrt::plan_descriptors(kimi, Deployment::parse("tp8"), kHopperFacts), "grouped.gemm").empty());
-  CHECK(of_family(chordrt::plan_descriptors(chordrt::resolve_model("deepseek-v3"), Deployment::parse("ep8"), kHopperFacts),
-                  "grouped.gemm")
+  CHECK(of_family(
+            chordrt::plan_descriptors(chordrt::resolve_model("deepseek-v3"), Deployment::parse("ep8"), kHopperFacts),
+            "grouped.gemm")
             .empty());
 }
 
@@ -366,17 +372,20 @@ TEST_CASE("plan_descriptors for sparse attention (Mistral Large 4 at TP8 / TP4, 
     check_no_duplicates(ds);
     for (const auto& d : ds) CHECK_NOTHROW(chordrt::family_of(d).program(d));
     // The writer and decode for RoPE layers, and for NoPE layers where the model has them.
-    CHECK(of_family(ds, "sparse_mla.cache_write").size() == (nope ? 2u : 1u));
-    CHECK(of_family(ds, "sparse_mla.decode").size() == (nope ? 2u : 1u));
+    // Both cache formats.
+    CHECK(of_family(ds, "sparse_mla.cache_write").size() == (nope ? 4u : 2u));
+    CHECK(of_family(ds, "sparse_mla.decode").size() == (nope ? 4u : 2u));
     CHECK(of_family(ds, "sparse_mla.combine").size() == 1u);
     // Exactly what dispatch picks, for decode batches and prefill chunks.
     for (int64_t tokens : {1, 8, 128, 1000}) {
-      const SparseMlaShape s{chord::sparse_mla::kFp8DsMla, 64, heads, 2048, tokens};
-      const auto l = chordrt::ops::sparse_mla_launch(s, h200);
-      CHECK(std::find(ds.begin(), ds.end(), chordrt::ops::SparseMlaDecodeFamily::descriptor(kHopper, l.decode)) !=
-            ds.end());
-      CHECK(std::find(ds.begin(), ds.end(), chordrt::ops::SparseMlaCombineFamily::descriptor(kHopper, l.combine)) !=
-            ds.end());
+      for (const int format : {chord::sparse_mla::kFp8DsMla, chord::sparse_mla::kBf16}) {
+        const SparseMlaShape s{format, 64, heads, 2048, tokens};
+        const auto l = chordrt::ops::sparse_mla_launch(s, h200);
+        CHECK(std::find(ds.begin(), ds.end(), chordrt::ops::SparseMlaDecodeFamily::descriptor(kHopper, l.decode)) !=
+              ds.end());
+        CHECK(std::find(ds.begin(), ds.end(), chordrt::ops::SparseMlaCombineFamily::descriptor(kHopper, l.combine)) !=
+              ds.end());
+      }
     }
     const int index_heads = m.attention->index_heads;
     for (int64_t tokens : {1, 64, 4096}) {

@@ -149,8 +149,14 @@ TEST_CASE("the MLA cache writer family's keys", "[sparse_mla]") {
   }
   const auto k = chordrt::ops::sparse_mla_cache_write_key(CHORD_MLA_CACHE_BF16, 0);
   CHECK(SparseMlaCacheWriteFamily::program(k).name_expression == "chord::sparse_mla::cache_write_kernel<1, 0, 4>");
-  chordrt::test::check_invalid_argument([&] { SparseMlaCacheWriteFamily::program({0, 32, 4}); },
-                                        {"sparse_mla.cache_write", "rope_dims", "32"});
-  chordrt::test::check_invalid_argument([&] { (void)SparseMlaCacheWriteFamily::descriptor(kHopper, {2, 64, 4}); },
-                                        {"sparse_mla.cache_write", "format must be in [0, 1], got 2"});
+  chordrt::test::check_invalid_argument(
+      [&] {
+        SparseMlaCacheWriteFamily::program({0, 32, 4});
+      },
+      {"sparse_mla.cache_write", "rope_dims", "32"});
+  chordrt::test::check_invalid_argument(
+      [&] {
+        (void)SparseMlaCacheWriteFamily::descriptor(kHopper, {2, 64, 4});
+      },
+      {"sparse_mla.cache_write", "format must be in [0, 1], got 2"});
 }

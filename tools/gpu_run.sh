@@ -8,7 +8,7 @@
 #   the DSA indexer bench, CHORD_PYTEST_ARGS replaces the pytest
 #   selection (tests/python).
 # The benchmarks run in strict mode (CHORD_JIT_STRICT=1) after every preset deployment
-# (tools/preset_deployments.txt) was prewarmed: a kernel dispatch asks for that the plans lack is an error
+# (tools/preset_deployments.txt) and every bench-only deployment (bench/deployments.txt) was prewarmed: a kernel dispatch asks for that the plans lack is an error
 # and is recorded in OUTDIR/strict_misses.jsonl; the strict_misses step fails unless that file is empty.
 set -uo pipefail
 out=${1:?usage: tools/gpu_run.sh OUTDIR}
@@ -36,7 +36,7 @@ step cpu_tests "$build/tests/chordrt_tests" "~[gpu]" --reporter compact
 step pytest env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" CHORD_JIT="$PWD/$build/chord-jit" \
   PYTHONPATH="$PWD/tools/python" python3 -m pytest -q ${CHORD_PYTEST_ARGS:-tests/python} -rs
 # (a bash -c script: `timeout` runs programs, not shell functions)
-step prewarm_all bash -c 'grep -v "^#" tools/preset_deployments.txt | while read -r model dep; do
+step prewarm_all bash -c 'cat tools/preset_deployments.txt bench/deployments.txt | grep -v "^#" | while read -r model dep; do
   [ -n "$model" ] || continue
   "$0/chord-jit" prewarm --model "$model" --deployment "$dep" --arch sm_90a || exit 1
 done' "$build"

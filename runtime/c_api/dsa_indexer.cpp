@@ -1,6 +1,7 @@
 // The C ABI of the DSA indexer: key cache writer, logits, top-k.
-#include "runtime/c_api/c_api.hpp"
 #include "runtime/ops/dsa_indexer.hpp"
+
+#include "runtime/c_api/c_api.hpp"
 
 using chordrt::c_api::guarded;
 using chordrt::c_api::read_args;
@@ -26,9 +27,8 @@ CHORD_API chord_status_t chord_dsa_indexer_logits(const chord_dsa_indexer_args_t
 }
 
 CHORD_API chord_status_t chord_dsa_topk(const chord_dsa_topk_args_t* args, CUstream stream) {
-  return guarded([&] {
-    chordrt::ops::dsa_topk(read_args(args, CHORD_DSA_TOPK_ARGS_MIN_SIZE, "chord_dsa_topk"), stream);
-  });
+  return guarded(
+      [&] { chordrt::ops::dsa_topk(read_args(args, CHORD_DSA_TOPK_ARGS_MIN_SIZE, "chord_dsa_topk"), stream); });
 }
 
 }  // extern "C"

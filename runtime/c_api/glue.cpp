@@ -1,6 +1,7 @@
 // The C ABI of the MoE glue: moe_align, silu_and_mul, moe_combine.
-#include "runtime/c_api/c_api.hpp"
 #include "runtime/ops/glue.hpp"
+
+#include "runtime/c_api/c_api.hpp"
 
 using chordrt::c_api::guarded;
 using chordrt::c_api::read_args;
@@ -13,9 +14,8 @@ CHORD_API int64_t chord_moe_align_sorted_capacity(int64_t num_tokens, int32_t to
 }
 
 CHORD_API chord_status_t chord_moe_align(const chord_moe_align_args_t* args, CUstream stream) {
-  return guarded([&] {
-    chordrt::ops::moe_align(read_args(args, CHORD_MOE_ALIGN_ARGS_MIN_SIZE, "chord_moe_align"), stream);
-  });
+  return guarded(
+      [&] { chordrt::ops::moe_align(read_args(args, CHORD_MOE_ALIGN_ARGS_MIN_SIZE, "chord_moe_align"), stream); });
 }
 
 CHORD_API chord_status_t chord_silu_and_mul(const chord_silu_and_mul_args_t* args, CUstream stream) {

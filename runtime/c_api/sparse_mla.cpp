@@ -1,6 +1,7 @@
 // The C ABI of sparse MLA decode and its cache writer.
-#include "runtime/c_api/c_api.hpp"
 #include "runtime/ops/sparse_mla.hpp"
+
+#include "runtime/c_api/c_api.hpp"
 
 using chordrt::c_api::guarded;
 using chordrt::c_api::read_args;

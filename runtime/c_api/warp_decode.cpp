@@ -1,6 +1,7 @@
 // The C ABI of warp decode.
-#include "runtime/c_api/c_api.hpp"
 #include "runtime/ops/warp_decode.hpp"
+
+#include "runtime/c_api/c_api.hpp"
 
 using chordrt::c_api::guarded;
 using chordrt::c_api::read_args;

@@ -169,8 +169,8 @@ void dsa_topk(const chord_dsa_topk_args_t& a, CUstream stream) {
 
   const ContextState& ctx = JitRuntime::global().context_for(stream);
   const LoadedKernel& k = DsaIndexerTopkFamily::kernel(dsa_indexer_topk_key(a.topk, ctx.facts), ctx, stream);
-  launch(ctx, k, {{static_cast<uint32_t>(a.num_tokens), 1, 1}, stream}, a.logits, a.max_context, a.context_lens,
-         a.topk, a.block_table, a.max_pages_per_seq, a.page_size, a.indices);
+  launch(ctx, k, {{static_cast<uint32_t>(a.num_tokens), 1, 1}, stream}, a.logits, a.max_context, a.context_lens, a.topk,
+         a.block_table, a.max_pages_per_seq, a.page_size, a.indices);
 }
 
 void plan_dsa_indexer(const ModelPlanInput& in, PlanBuilder& plan) {
@@ -182,8 +182,8 @@ void plan_dsa_indexer(const ModelPlanInput& in, PlanBuilder& plan) {
   // Up to 16K tokens x 256K context (page 64).
   for (int64_t tokens = 1; tokens <= 16384; tokens *= 2) {
     for (int32_t context = 1024; context <= (256 << 10); context *= 2) {
-      plan.add(DsaIndexerLogitsFamily::descriptor(arch,
-                                                  dsa_indexer_logits_key({a.index_heads, kPage, tokens, context}, in.facts)));
+      plan.add(DsaIndexerLogitsFamily::descriptor(
+          arch, dsa_indexer_logits_key({a.index_heads, kPage, tokens, context}, in.facts)));
     }
   }
   plan.add(DsaIndexerTopkFamily::descriptor(arch, dsa_indexer_topk_key(a.index_topk, in.facts)));

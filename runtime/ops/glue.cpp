@@ -1,10 +1,11 @@
 // The MoE glue: moe_align (one CTA, or one cluster of CTAs), silu_and_mul, moe_combine.
 //   validate -> key (heuristics) -> kernel -> launch.
+#include "runtime/ops/glue.hpp"
+
 #include <algorithm>
 
 #include "runtime/core/math.hpp"
 #include "runtime/launch.hpp"
-#include "runtime/ops/glue.hpp"
 #include "runtime/ops/validate.hpp"
 
 namespace chordrt::ops {
@@ -83,7 +84,6 @@ void moe_align(const chord_moe_align_args_t& a, CUstream stream) {
          a.sorted_token_ids, static_cast<int32_t>(a.sorted_token_ids_capacity), a.expert_ids,
          static_cast<int32_t>(a.expert_ids_capacity), a.num_tokens_post_padded);
 }
-
 
 namespace {
 void check_rowwise(std::string_view family, const RowwiseKey& k) {

@@ -48,8 +48,7 @@ KernelProgram SparseMlaDecodeFamily::program(const K& k) {
   p.name_expression = fmt::format("chord::sparse_mla::sparse_mla_decode_kernel<{}, {}, {}, {}, {}, {}>", k.format,
                                   k.rope_dims, k.heads, k.head_group, k.warps, k.stages);
   p.threads = static_cast<uint32_t>(32 * k.warps);
-  p.dynamic_smem =
-      static_cast<uint32_t>(sm::decode_smem(k.format, k.rope_dims, k.head_group, k.warps, k.stages).bytes);
+  p.dynamic_smem = static_cast<uint32_t>(sm::decode_smem(k.format, k.rope_dims, k.head_group, k.warps, k.stages).bytes);
   return p;
 }
 
@@ -176,17 +175,21 @@ void plan_sparse_mla(const ModelPlanInput& in, PlanBuilder& plan) {
   const Deployment& dep = in.deployment;
   const int heads = dep.expert_parallel > 1 ? a.num_heads : a.num_heads / dep.tensor_parallel;  // EP: DP attention
   const Arch arch = in.facts.arch;
-  for (int rope : {a.rope_dims, 0}) {
-    if (rope == 0 && a.rope_dims != 0 && !a.nope_layers) continue;
-    const SparseMlaShape s{sm::kFp8DsMla, rope, heads, a.index_topk, 1};
-    std::string why = a.num_heads % dep.tensor_parallel != 0
-                          ? fmt::format("{} heads do not split over TP {}", a.num_heads, dep.tensor_parallel)
-                          : heuristics::sparse_mla_shape_error(s);
-    if (!why.empty()) throw_error(CHORD_ERROR_INVALID_ARGUMENT, "deployment {}: sparse MLA: {}", dep.name, why);
-    plan.add(SparseMlaCacheWriteFamily::descriptor(arch, sparse_mla_cache_write_key(sm::kFp8DsMla, rope)));
-    const SparseMlaLaunch l = sparse_mla_launch(s, in.facts);
-    plan.add(SparseMlaDecodeFamily::descriptor(arch, l.decode));
-    plan.add(SparseMlaCombineFamily::descriptor(arch, l.combine));
+  // The cache format is the engine's choice (vLLM: fp8_ds_mla, or BF16 with an "auto" KV-cache dtype):
+  // both are planned, a few kernels each.
+  for (const int format : {sm::kFp8DsMla, sm::kBf16}) {
+    for (const int rope : {a.rope_dims, 0}) {
+      if (rope == 0 && a.rope_dims != 0 && !a.nope_layers) continue;
+      const SparseMlaShape s{format, rope, heads, a.index_topk, 1};
+      std::string why = a.num_heads % dep.tensor_parallel != 0
+                            ? fmt::format("{} heads do not split over TP {}", a.num_heads, dep.tensor_parallel)
+                            : heuristics::sparse_mla_shape_error(s);
+      if (!why.empty()) throw_error(CHORD_ERROR_INVALID_ARGUMENT, "deployment {}: sparse MLA: {}", dep.name, why);
+      plan.add(SparseMlaCacheWriteFamily::descriptor(arch, sparse_mla_cache_write_key(format, rope)));
+      const SparseMlaLaunch l = sparse_mla_launch(s, in.facts);
+      plan.add(SparseMlaDecodeFamily::descriptor(arch, l.decode));
+      plan.add(SparseMlaCombineFamily::descriptor(arch, l.combine));
+    }
   }
 }
 

@@ -22,8 +22,7 @@ KernelProgram SparseMlaCacheWriteFamily::program(const K& k) {
   }
   KernelProgram p;
   p.header = "sparse_mla/cache_write.cuh";
-  p.name_expression =
-      fmt::format("chord::sparse_mla::cache_write_kernel<{}, {}, {}>", k.format, k.rope_dims, k.warps);
+  p.name_expression = fmt::format("chord::sparse_mla::cache_write_kernel<{}, {}, {}>", k.format, k.rope_dims, k.warps);
   p.threads = static_cast<uint32_t>(32 * k.warps);
   return p;
 }
@@ -64,8 +63,8 @@ void mla_cache_write(const chord_mla_cache_write_args_t& a, CUstream stream) {
   const SparseMlaCacheWriteKey key = sparse_mla_cache_write_key(a.format, a.rope_dims);
   const LoadedKernel& k = SparseMlaCacheWriteFamily::kernel(key, ctx, stream);
   const int64_t blocks = std::min<int64_t>(ceil_div<int64_t>(a.num_tokens, key.warps), kMaxBlocks);
-  launch(ctx, k, {{static_cast<uint32_t>(blocks), 1, 1}, stream}, static_cast<const chord::bf16*>(a.kv),
-         a.slot_mapping, static_cast<uint8_t*>(a.cache), a.num_tokens, a.num_slots);
+  launch(ctx, k, {{static_cast<uint32_t>(blocks), 1, 1}, stream}, static_cast<const chord::bf16*>(a.kv), a.slot_mapping,
+         static_cast<uint8_t*>(a.cache), a.num_tokens, a.num_slots);
 }
 
 }  // namespace chordrt::ops

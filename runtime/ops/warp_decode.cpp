@@ -78,7 +78,8 @@ KernelProgram WarpDecodeGateUpFamily::program(const K& k) {
 
 std::vector<WarpDecodeGateUpKey> WarpDecodeGateUpFamily::examples(const heuristics::DeviceFacts& facts) {
   std::vector<K> out;
-  for (size_t i = 0; i < std::size(kExamples); ++i) out.push_back(warp_decode_keys(kExamples[i], kExampleTokens[i], facts).gate_up);
+  for (size_t i = 0; i < std::size(kExamples); ++i)
+    out.push_back(warp_decode_keys(kExamples[i], kExampleTokens[i], facts).gate_up);
   return out;
 }
 
@@ -107,7 +108,8 @@ KernelProgram WarpDecodeDownFamily::program(const K& k) {
 
 std::vector<WarpDecodeDownKey> WarpDecodeDownFamily::examples(const heuristics::DeviceFacts& facts) {
   std::vector<K> out;
-  for (size_t i = 0; i < std::size(kExamples); ++i) out.push_back(warp_decode_keys(kExamples[i], kExampleTokens[i], facts).down);
+  for (size_t i = 0; i < std::size(kExamples); ++i)
+    out.push_back(warp_decode_keys(kExamples[i], kExampleTokens[i], facts).down);
   return out;
 }
 
@@ -195,9 +197,13 @@ void warp_decode_moe(const chord_warp_decode_moe_args_t& a, CUstream stream) {
                 a.workspace_bytes);
   }
 
-  const WarpDecodeShape s{
-      static_cast<WeightFormat>(a.format),                 a.hidden, a.intermediate,         a.num_experts,
-      a.expert_map ? a.num_global_experts : a.num_experts, a.top_k,  a.expert_map != nullptr};
+  const WarpDecodeShape s{static_cast<WeightFormat>(a.format),
+                          a.hidden,
+                          a.intermediate,
+                          a.num_experts,
+                          a.expert_map ? a.num_global_experts : a.num_experts,
+                          a.top_k,
+                          a.expert_map != nullptr};
   const ContextState& ctx = JitRuntime::global().context_for(stream);
   const WarpDecodeKeys keys = warp_decode_keys(s, a.num_tokens, ctx.facts);
   const LoadedKernel& gate_up = WarpDecodeGateUpFamily::kernel(keys.gate_up, ctx, stream);
@@ -206,10 +212,10 @@ void warp_decode_moe(const chord_warp_decode_moe_args_t& a, CUstream stream) {
   const int32_t tokens = static_cast<int32_t>(a.num_tokens);
   const int32_t global = s.global_experts;
   const int64_t slots = std::min<int64_t>(a.num_tokens * a.top_k, a.num_experts);
-  launch(ctx, gate_up,
-         {{static_cast<uint32_t>(a.intermediate / (8 * keys.gate_up.row_tiles)), static_cast<uint32_t>(slots), 1},
-          stream},
-         a.x, a.topk_ids, a.expert_map, global, tokens, a.w13, a.w13_scale, a.workspace);
+  launch(
+      ctx, gate_up,
+      {{static_cast<uint32_t>(a.intermediate / (8 * keys.gate_up.row_tiles)), static_cast<uint32_t>(slots), 1}, stream},
+      a.x, a.topk_ids, a.expert_map, global, tokens, a.w13, a.w13_scale, a.workspace);
   launch(ctx, down,
          {{static_cast<uint32_t>(a.hidden / (16 * keys.down.row_tiles)), 1, 1}, stream, LaunchOrder::kProgrammatic},
          a.workspace, a.topk_weights, a.topk_ids, a.expert_map, global, tokens, a.w2, a.w2_scale, a.output);

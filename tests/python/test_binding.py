@@ -854,5 +854,27 @@ def test_mla_cache_write_without_a_driver_reports_it(chord, info, device_address
     assert excinfo.value.status in {chord.Status.NO_DRIVER, chord.Status.NO_DEVICE}
 
 
-def test_sparse_mla_decode_needs_tensors(chord):
-    assert "torch tensors" in raises_invalid(chord.sparse_mla_decode, 0, 0, 0, 0.1)
+def _mla_decode_args(device_addresses, **over):
+    q, cache, indices, out, lse = device_addresses(5)
+    args = dict(q=q, cache=cache, indices=indices, softmax_scale=0.0417, num_tokens=4, num_heads=16, topk=2048,
+                num_slots=4096, out=out, lse=lse)
+    args.update(over)
+    return args
+
+
+@pytest.mark.parametrize(
+    "over, word",
+    [({"num_heads": 12}, "num_heads must be a multiple of 8"), ({"topk": 100}, "topk"), ({"lse": 0}, "lse is null"),
+     ({"q": 8}, "q must be 16-byte aligned"), ({"softmax_scale": "x"}, "softmax_scale must be a float"),
+     ({"num_slots": None}, "num_slots is required"), ({"format": "fp4"}, "format"), ({"rope_dims": 32}, "rope_dims")],
+)
+def test_sparse_mla_decode_raw_bad_arguments(chord, device_addresses, over, word):
+    assert word in raises_invalid(chord.sparse_mla_decode, **_mla_decode_args(device_addresses, **over))
+
+
+def test_sparse_mla_decode_raw_without_a_driver_reports_it(chord, info, device_addresses):
+    if info["driver_available"]:
+        pytest.skip("a driver is present: a complete call would launch")
+    with pytest.raises(chord.ChordError) as excinfo:
+        chord.sparse_mla_decode(**_mla_decode_args(device_addresses))
+    assert excinfo.value.status in {chord.Status.NO_DRIVER, chord.Status.NO_DEVICE}

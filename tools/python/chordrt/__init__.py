@@ -48,18 +48,24 @@ from ._glue import (
 from ._w4a16 import W4a16Layout, W4a16PackArgs, W4a16PackedWeight, W4a16Weight, w4a16_pack, w4a16_weight_sizes
 from ._grouped import GroupedContiguousArgs, GroupedMaskedArgs, grouped_contiguous, grouped_masked
 from ._indexed import IndexedArgs, IndexedProfile, indexed_block_m, indexed_gemm
-from ._api import warp_decode_moe, warp_decode_moe_workspace_size
-from ._dsa import dsa_indexer_logits, dsa_topk, indexer_cache_page_bytes, indexer_cache_write
-from ._mla import mla_cache_record_bytes, mla_cache_write, sparse_mla_decode, sparse_mla_decode_workspace_size
-from ._lib import (
-    DsaIndexerArgs,
-    DsaTopkArgs,
-    IndexerCacheWriteArgs,
+from ._warp_decode import WarpDecodeMoeArgs, WeightFormat, warp_decode_moe, warp_decode_moe_workspace_size
+from ._sparse_mla import (
     MlaCacheFormat,
     MlaCacheWriteArgs,
     SparseMlaDecodeArgs,
-    WarpDecodeMoeArgs,
-    WeightFormat,
+    mla_cache_record_bytes,
+    mla_cache_write,
+    sparse_mla_decode,
+    sparse_mla_decode_workspace_size,
+)
+from ._dsa_indexer import (
+    DsaIndexerArgs,
+    DsaTopkArgs,
+    IndexerCacheWriteArgs,
+    dsa_indexer_logits,
+    dsa_topk,
+    indexer_cache_page_bytes,
+    indexer_cache_write,
 )
 
 __all__ = [

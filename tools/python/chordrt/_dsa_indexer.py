@@ -5,6 +5,10 @@ FP32 scales (chordrt.indexer_cache_page_bytes(page_size) = 132 * page_size bytes
 hold it, its page count is its byte size divided by the page size in bytes. Slot s is token s % page_size
 of page s // page_size.
 
+Each op has a raw-pointer layer (``<op>_raw``: integer device addresses, explicit sizes, a CUstream int;
+it fills the C args struct and makes the one C call) and a torch layer over it; the public ``<op>`` takes
+either.
+
     chordrt.indexer_cache_write(k, slot_mapping, cache, page_size=64)
     logits = chordrt.dsa_indexer_logits(q_fp8, weights, cache, block_table, context_lens, page_size=64)
     indices = chordrt.dsa_topk(logits, context_lens, 2048, block_table=block_table, page_size=64)  # slots
@@ -15,10 +19,96 @@ from __future__ import annotations
 import ctypes
 from typing import Optional
 
-from ._core import TorchCall, address, check, check_int, invalid, lib, raw_stream, size, torch_module_of
-from ._lib import DsaIndexerArgs, DsaTopkArgs, IndexerCacheWriteArgs
+from ._core import (
+    STATUS_T,
+    STREAM_T,
+    SizedStruct,
+    TorchCall,
+    address,
+    check,
+    check_int,
+    invalid,
+    lib,
+    prototype,
+    raw_stream,
+    size,
+    torch_module_of,
+)
 
-__all__ = ["indexer_cache_page_bytes", "indexer_cache_write", "dsa_indexer_logits", "dsa_topk"]
+__all__ = [
+    "IndexerCacheWriteArgs",
+    "DsaIndexerArgs",
+    "DsaTopkArgs",
+    "indexer_cache_page_bytes",
+    "indexer_cache_write",
+    "indexer_cache_write_raw",
+    "dsa_indexer_logits",
+    "dsa_indexer_logits_raw",
+    "dsa_topk",
+    "dsa_topk_raw",
+]
+
+# ---- the C mirror -----------------------------------------------------------------------------------
+
+
+class IndexerCacheWriteArgs(SizedStruct):
+    """chord_indexer_cache_write_args_t (pointer fields are raw device addresses)."""
+
+    _c_name_ = "chord_indexer_cache_write_args_t"
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("num_tokens", ctypes.c_int64),
+        ("k", ctypes.c_void_p),  # BF16 [num_tokens, 128]
+        ("slot_mapping", ctypes.c_void_p),  # const int64_t* [num_tokens]
+        ("cache", ctypes.c_void_p),  # [num_pages] pages of chord_indexer_cache_page_bytes(page_size)
+        ("page_size", ctypes.c_int32),
+        ("num_pages", ctypes.c_int64),
+    ]
+
+
+class DsaIndexerArgs(SizedStruct):
+    """chord_dsa_indexer_args_t (pointer fields are raw device addresses)."""
+
+    _c_name_ = "chord_dsa_indexer_args_t"
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("num_heads", ctypes.c_int32),
+        ("num_tokens", ctypes.c_int64),
+        ("q", ctypes.c_void_p),  # E4M3 [T, H, 128]
+        ("weights", ctypes.c_void_p),  # const float* [T, H]
+        ("cache", ctypes.c_void_p),
+        ("page_size", ctypes.c_int32),
+        ("num_pages", ctypes.c_int64),
+        ("block_table", ctypes.c_void_p),  # const int32_t* [T, max_pages_per_seq]
+        ("max_pages_per_seq", ctypes.c_int32),
+        ("context_lens", ctypes.c_void_p),  # const int32_t* [T]
+        ("max_context", ctypes.c_int32),
+        ("logits", ctypes.c_void_p),  # float* [T, max_context]
+    ]
+
+
+class DsaTopkArgs(SizedStruct):
+    """chord_dsa_topk_args_t (pointer fields are raw device addresses)."""
+
+    _c_name_ = "chord_dsa_topk_args_t"
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("num_tokens", ctypes.c_int64),
+        ("topk", ctypes.c_int32),
+        ("logits", ctypes.c_void_p),  # const float* [T, max_context]
+        ("max_context", ctypes.c_int32),
+        ("context_lens", ctypes.c_void_p),  # const int32_t* [T]
+        ("block_table", ctypes.c_void_p),  # optional const int32_t* [T, max_pages_per_seq]
+        ("max_pages_per_seq", ctypes.c_int32),
+        ("page_size", ctypes.c_int32),
+        ("indices", ctypes.c_void_p),  # int32_t* [T, topk]
+    ]
+
+
+prototype("chord_indexer_cache_page_bytes", ctypes.c_size_t, [ctypes.c_int32])  # page_size
+prototype("chord_indexer_cache_write", STATUS_T, [ctypes.POINTER(IndexerCacheWriteArgs), STREAM_T])
+prototype("chord_dsa_indexer_logits", STATUS_T, [ctypes.POINTER(DsaIndexerArgs), STREAM_T])
+prototype("chord_dsa_topk", STATUS_T, [ctypes.POINTER(DsaTopkArgs), STREAM_T])
 
 HEAD_DIM = 128
 
@@ -55,11 +145,7 @@ def indexer_cache_write(k, slot_mapping, cache, page_size: int, stream=None, *, 
     page_size = check_int(page_size, op, "page_size")
     torch = torch_module_of(k, slot_mapping, cache)
     if torch is None:
-        args = IndexerCacheWriteArgs(num_tokens=size(num_tokens, op, "num_tokens"), k=address(k, op, "k"),
-                                     slot_mapping=address(slot_mapping, op, "slot_mapping"),
-                                     cache=address(cache, op, "cache"), page_size=page_size,
-                                     num_pages=size(num_pages, op, "num_pages"))
-        check(lib().chord_indexer_cache_write(ctypes.byref(args), raw_stream(stream)))
+        indexer_cache_write_raw(k, slot_mapping, cache, page_size, num_tokens, num_pages, stream)
         return None
     call = TorchCall(torch, op, stream)
     call.tensor(k, "k", torch.bfloat16, ndim=2)
@@ -72,9 +158,20 @@ def indexer_cache_write(k, slot_mapping, cache, page_size: int, stream=None, *, 
         if given is not None and given != actual:
             raise invalid(op, f"{name}={given} disagrees with the tensors ({actual})")
     with call.guard():
-        indexer_cache_write(k.data_ptr(), slot_mapping.data_ptr(), cache.data_ptr(), page_size, call.stream(),
-                            num_tokens=rows, num_pages=pages)
+        indexer_cache_write_raw(k.data_ptr(), slot_mapping.data_ptr(), cache.data_ptr(), page_size, rows, pages,
+                                call.stream())
     return None
+
+
+def indexer_cache_write_raw(k, slot_mapping, cache, page_size: int, num_tokens: int, num_pages: int,
+                            stream=None) -> None:
+    """chord_indexer_cache_write() on raw device addresses (ints) and explicit sizes; stream a CUstream."""
+    op = "indexer_cache_write"
+    args = IndexerCacheWriteArgs(num_tokens=size(num_tokens, op, "num_tokens"), k=address(k, op, "k"),
+                                 slot_mapping=address(slot_mapping, op, "slot_mapping"),
+                                 cache=address(cache, op, "cache"), page_size=check_int(page_size, op, "page_size"),
+                                 num_pages=size(num_pages, op, "num_pages"))
+    check(lib().chord_indexer_cache_write(ctypes.byref(args), raw_stream(stream)))
 
 
 def _fp8_dtypes(torch):
@@ -96,15 +193,9 @@ def dsa_indexer_logits(q, weights, cache, block_table, context_lens, page_size: 
     page_size = check_int(page_size, op, "page_size")
     torch = torch_module_of(q, weights, cache, block_table, context_lens, logits)
     if torch is None:
-        args = DsaIndexerArgs(num_heads=size(num_heads, op, "num_heads"), num_tokens=size(num_tokens, op, "num_tokens"),
-                              q=address(q, op, "q"), weights=address(weights, op, "weights"),
-                              cache=address(cache, op, "cache"), page_size=page_size,
-                              num_pages=size(num_pages, op, "num_pages"),
-                              block_table=address(block_table, op, "block_table"),
-                              max_pages_per_seq=size(max_pages_per_seq, op, "max_pages_per_seq"),
-                              context_lens=address(context_lens, op, "context_lens"),
-                              max_context=size(max_context, op, "max_context"), logits=address(logits, op, "logits"))
-        check(lib().chord_dsa_indexer_logits(ctypes.byref(args), raw_stream(stream)))
+        dsa_indexer_logits_raw(q, weights, cache, block_table, context_lens, page_size, max_context, logits, stream,
+                               num_heads=num_heads, num_tokens=num_tokens, num_pages=num_pages,
+                               max_pages_per_seq=max_pages_per_seq)
         return None
     call = TorchCall(torch, op, stream)
     if not isinstance(q, torch.Tensor) or q.dtype not in _fp8_dtypes(torch):
@@ -132,10 +223,26 @@ def dsa_indexer_logits(q, weights, cache, block_table, context_lens, page_size: 
         if given is not None and given != actual:
             raise invalid(op, f"{name}={given} disagrees with the tensors ({actual})")
     with call.guard():
-        dsa_indexer_logits(q.data_ptr(), weights.data_ptr(), cache.data_ptr(), block_table.data_ptr(),
-                           context_lens.data_ptr(), page_size, max_context, logits.data_ptr(), call.stream(),
-                           num_heads=heads, num_tokens=rows, num_pages=pages, max_pages_per_seq=table_pages)
+        dsa_indexer_logits_raw(q.data_ptr(), weights.data_ptr(), cache.data_ptr(), block_table.data_ptr(),
+                               context_lens.data_ptr(), page_size, max_context, logits.data_ptr(), call.stream(),
+                               num_heads=heads, num_tokens=rows, num_pages=pages, max_pages_per_seq=table_pages)
     return logits
+
+
+def dsa_indexer_logits_raw(q, weights, cache, block_table, context_lens, page_size: int, max_context: int, logits,
+                           stream=None, *, num_heads: int, num_tokens: int, num_pages: int,
+                           max_pages_per_seq: int) -> None:
+    """chord_dsa_indexer_logits() on raw device addresses (ints) and explicit sizes; stream a CUstream."""
+    op = "dsa_indexer_logits"
+    args = DsaIndexerArgs(num_heads=size(num_heads, op, "num_heads"), num_tokens=size(num_tokens, op, "num_tokens"),
+                          q=address(q, op, "q"), weights=address(weights, op, "weights"),
+                          cache=address(cache, op, "cache"), page_size=check_int(page_size, op, "page_size"),
+                          num_pages=size(num_pages, op, "num_pages"),
+                          block_table=address(block_table, op, "block_table"),
+                          max_pages_per_seq=size(max_pages_per_seq, op, "max_pages_per_seq"),
+                          context_lens=address(context_lens, op, "context_lens"),
+                          max_context=size(max_context, op, "max_context"), logits=address(logits, op, "logits"))
+    check(lib().chord_dsa_indexer_logits(ctypes.byref(args), raw_stream(stream)))
 
 
 def dsa_topk(logits, context_lens, topk: int = 2048, block_table=None, page_size: Optional[int] = None, indices=None,
@@ -155,13 +262,8 @@ def dsa_topk(logits, context_lens, topk: int = 2048, block_table=None, page_size
     page_size = 0 if page_size is None else check_int(page_size, op, "page_size")
     torch = torch_module_of(logits, context_lens, block_table, indices)
     if torch is None:
-        args = DsaTopkArgs(num_tokens=size(num_tokens, op, "num_tokens"), topk=topk, logits=address(logits, op, "logits"),
-                           max_context=size(max_context, op, "max_context"),
-                           context_lens=address(context_lens, op, "context_lens"),
-                           block_table=address(block_table, op, "block_table"),
-                           max_pages_per_seq=size(max_pages_per_seq, op, "max_pages_per_seq", required=False),
-                           page_size=page_size, indices=address(indices, op, "indices"))
-        check(lib().chord_dsa_topk(ctypes.byref(args), raw_stream(stream)))
+        dsa_topk_raw(logits, context_lens, topk, block_table, page_size, indices, stream, num_tokens=num_tokens,
+                     max_context=max_context, max_pages_per_seq=max_pages_per_seq)
         return None
     call = TorchCall(torch, op, stream)
     call.tensor(logits, "logits", torch.float32, ndim=2)
@@ -181,8 +283,21 @@ def dsa_topk(logits, context_lens, topk: int = 2048, block_table=None, page_size
         if given is not None and given != actual:
             raise invalid(op, f"{name}={given} disagrees with the tensors ({actual})")
     with call.guard():
-        dsa_topk(logits.data_ptr(), context_lens.data_ptr(), topk,
-                 block_table.data_ptr() if block_table is not None else None, page_size if block_table is not None
-                 else None, indices.data_ptr(), call.stream(), num_tokens=rows, max_context=width,
-                 max_pages_per_seq=table_pages)
+        dsa_topk_raw(logits.data_ptr(), context_lens.data_ptr(), topk,
+                     block_table.data_ptr() if block_table is not None else None, page_size, indices.data_ptr(),
+                     call.stream(), num_tokens=rows, max_context=width, max_pages_per_seq=table_pages)
     return indices
+
+
+def dsa_topk_raw(logits, context_lens, topk: int, block_table, page_size: int, indices, stream=None, *,
+                 num_tokens: int, max_context: int, max_pages_per_seq: Optional[int] = None) -> None:
+    """chord_dsa_topk() on raw device addresses (ints; block_table None = positions, not slots) and explicit
+    sizes (max_pages_per_seq with a block table); stream a CUstream."""
+    op = "dsa_topk"
+    args = DsaTopkArgs(num_tokens=size(num_tokens, op, "num_tokens"), topk=check_int(topk, op, "topk"),
+                       logits=address(logits, op, "logits"), max_context=size(max_context, op, "max_context"),
+                       context_lens=address(context_lens, op, "context_lens"),
+                       block_table=address(block_table, op, "block_table"),
+                       max_pages_per_seq=size(max_pages_per_seq, op, "max_pages_per_seq", required=False),
+                       page_size=check_int(page_size, op, "page_size"), indices=address(indices, op, "indices"))
+    check(lib().chord_dsa_topk(ctypes.byref(args), raw_stream(stream)))

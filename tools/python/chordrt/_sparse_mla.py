@@ -1,21 +1,112 @@
-"""Sparse MLA decode (DeepSeek-V3.2 / Mistral Large 4 attention) and its latent cache writer.
+"""Sparse MLA decode (DeepSeek-V3.2 / Mistral Large 4 attention) and its latent cache writer (chordrt.h's
+"Sparse MLA decode" section).
 
 A cache is a flat array of per-token records (chordrt.mla_cache_record_bytes(format, rope_dims) bytes
 each); a paged cache [num_pages, page_size, record] is the same array, slot = page * page_size + offset.
 Any tensor dtype may hold it: the record count is its byte size divided by the record size.
+
+Each op has a raw-pointer layer (``<op>_raw``: integer device addresses, explicit sizes, a CUstream int;
+it fills the C args struct and makes the one C call) and a torch layer over it; the public ``<op>`` takes
+either.
 """
 
 from __future__ import annotations
 
 import ctypes
+import enum
 import numbers
 import sys
 from typing import Optional, Tuple
 
-from ._core import TorchCall, address, check, check_int, enum_value, invalid, lib, raw_stream, size, torch_module_of
-from ._lib import MlaCacheFormat, MlaCacheWriteArgs, SparseMlaDecodeArgs
+from ._core import (
+    STATUS_T,
+    STREAM_T,
+    SizedStruct,
+    TorchCall,
+    address,
+    check,
+    check_int,
+    enum_value,
+    invalid,
+    lib,
+    prototype,
+    raw_stream,
+    size,
+    torch_module_of,
+)
 
-__all__ = ["mla_cache_record_bytes", "mla_cache_write", "sparse_mla_decode_workspace_size", "sparse_mla_decode"]
+__all__ = [
+    "MlaCacheFormat",
+    "MlaCacheWriteArgs",
+    "SparseMlaDecodeArgs",
+    "mla_cache_record_bytes",
+    "mla_cache_write",
+    "mla_cache_write_raw",
+    "sparse_mla_decode_workspace_size",
+    "sparse_mla_decode",
+    "sparse_mla_decode_raw",
+]
+
+# ---- the C mirror -----------------------------------------------------------------------------------
+
+
+class MlaCacheFormat(enum.IntEnum):
+    """chord_mla_cache_format_t."""
+
+    FP8_DS_MLA = 0  # 512 E4M3 + 4 FP32 scales + rope_dims BF16 per token (656 / 528 bytes)
+    BF16 = 1  # 512 + rope_dims BF16 per token (1152 / 1024 bytes)
+
+
+class MlaCacheWriteArgs(SizedStruct):
+    """chord_mla_cache_write_args_t (pointer fields are raw device addresses)."""
+
+    _c_name_ = "chord_mla_cache_write_args_t"
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("format", ctypes.c_int32),  # a chord_mla_cache_format_t
+        ("rope_dims", ctypes.c_int32),
+        ("num_tokens", ctypes.c_int64),
+        ("kv", ctypes.c_void_p),  # BF16 [num_tokens, 512 + rope_dims]
+        ("slot_mapping", ctypes.c_void_p),  # const int64_t* [num_tokens]
+        ("cache", ctypes.c_void_p),
+        ("num_slots", ctypes.c_int64),
+    ]
+
+
+class SparseMlaDecodeArgs(SizedStruct):
+    """chord_sparse_mla_decode_args_t (pointer fields are raw device addresses)."""
+
+    _c_name_ = "chord_sparse_mla_decode_args_t"
+    _min_field_ = "lse"
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("format", ctypes.c_int32),  # the cache's chord_mla_cache_format_t
+        ("num_heads", ctypes.c_int32),
+        ("rope_dims", ctypes.c_int32),
+        ("topk", ctypes.c_int32),
+        ("num_tokens", ctypes.c_int64),
+        ("q", ctypes.c_void_p),  # BF16 [T, h, 512 + rope_dims]
+        ("cache", ctypes.c_void_p),
+        ("num_slots", ctypes.c_int64),
+        ("indices", ctypes.c_void_p),  # const int32_t* [T, topk]
+        ("topk_length", ctypes.c_void_p),  # optional const int32_t* [T]
+        ("attn_sink", ctypes.c_void_p),  # optional const float* [h]
+        ("softmax_scale", ctypes.c_float),
+        ("out", ctypes.c_void_p),  # BF16 [T, h, 512]
+        ("lse", ctypes.c_void_p),  # float* [T, h]
+        ("workspace", ctypes.c_void_p),
+        ("workspace_bytes", ctypes.c_size_t),
+    ]
+
+
+prototype("chord_mla_cache_record_bytes", ctypes.c_size_t, [ctypes.c_int32, ctypes.c_int32])  # format, rope_dims
+prototype("chord_mla_cache_write", STATUS_T, [ctypes.POINTER(MlaCacheWriteArgs), STREAM_T])
+prototype(
+    "chord_sparse_mla_decode_workspace_size",
+    STATUS_T,
+    [ctypes.POINTER(SparseMlaDecodeArgs), ctypes.POINTER(ctypes.c_size_t)],  # args, size_t* bytes
+)
+prototype("chord_sparse_mla_decode", STATUS_T, [ctypes.POINTER(SparseMlaDecodeArgs), STREAM_T])
 
 LATENT_DIMS = 512
 #: q / kv last dimension -> rope_dims
@@ -77,16 +168,7 @@ def mla_cache_write(kv, slot_mapping, cache, format="fp8_ds_mla", rope_dims: Opt
     if torch is None:
         if rope_dims is None:
             raise invalid(op, "rope_dims is required when passing raw device pointers")
-        args = MlaCacheWriteArgs(
-            format=int(fmt),
-            rope_dims=check_int(rope_dims, op, "rope_dims"),
-            num_tokens=size(num_tokens, op, "num_tokens"),
-            kv=address(kv, op, "kv"),
-            slot_mapping=address(slot_mapping, op, "slot_mapping"),
-            cache=address(cache, op, "cache"),
-            num_slots=size(num_slots, op, "num_slots"),
-        )
-        check(lib().chord_mla_cache_write(ctypes.byref(args), raw_stream(stream)))
+        mla_cache_write_raw(kv, slot_mapping, cache, fmt, rope_dims, num_tokens, num_slots, stream)
         return None
 
     call = TorchCall(torch, op, stream)
@@ -100,9 +182,25 @@ def mla_cache_write(kv, slot_mapping, cache, format="fp8_ds_mla", rope_dims: Opt
     if num_slots is not None and num_slots != slots:
         raise invalid(op, f"num_slots={num_slots} disagrees with the cache's {slots} records")
     with call.guard():
-        mla_cache_write(kv.data_ptr(), slot_mapping.data_ptr(), cache.data_ptr(), fmt, rope, call.stream(),
-                        num_tokens=rows, num_slots=slots)
+        mla_cache_write_raw(kv.data_ptr(), slot_mapping.data_ptr(), cache.data_ptr(), fmt, rope, rows, slots,
+                            call.stream())
     return cache
+
+
+def mla_cache_write_raw(kv, slot_mapping, cache, format, rope_dims: int, num_tokens: int, num_slots: int,
+                        stream=None) -> None:
+    """chord_mla_cache_write() on raw device addresses (ints) and explicit sizes; stream a CUstream."""
+    op = "mla_cache_write"
+    args = MlaCacheWriteArgs(
+        format=int(_format(format, op)),
+        rope_dims=check_int(rope_dims, op, "rope_dims"),
+        num_tokens=size(num_tokens, op, "num_tokens"),
+        kv=address(kv, op, "kv"),
+        slot_mapping=address(slot_mapping, op, "slot_mapping"),
+        cache=address(cache, op, "cache"),
+        num_slots=size(num_slots, op, "num_slots"),
+    )
+    check(lib().chord_mla_cache_write(ctypes.byref(args), raw_stream(stream)))
 
 
 def _workspace_size(args: SparseMlaDecodeArgs) -> int:
@@ -129,8 +227,37 @@ def sparse_mla_decode_workspace_size(num_tokens: int, num_heads: int, topk: int,
         return _workspace_size(args)
 
 
+def sparse_mla_decode_raw(q, cache, indices, softmax_scale, *, num_tokens: int, num_heads: int, topk: int,
+                          num_slots: int, out, lse, format="fp8_ds_mla", rope_dims: int = 64, topk_length=None,
+                          attn_sink=None, workspace=None, workspace_bytes: int = 0, stream=None) -> None:
+    """chord_sparse_mla_decode() on raw device addresses (ints; None = NULL) and explicit sizes; the
+    workspace (sparse_mla_decode_workspace_size() bytes) is the caller's; stream a CUstream."""
+    op = "sparse_mla_decode"
+    if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, numbers.Real):
+        raise invalid(op, f"softmax_scale must be a float, got {type(softmax_scale).__name__}")
+    args = SparseMlaDecodeArgs(
+        format=int(_format(format, op)),
+        num_heads=check_int(num_heads, op, "num_heads"),
+        rope_dims=check_int(rope_dims, op, "rope_dims"),
+        topk=check_int(topk, op, "topk"),
+        num_tokens=size(num_tokens, op, "num_tokens"),
+        q=address(q, op, "q"),
+        cache=address(cache, op, "cache"),
+        num_slots=size(num_slots, op, "num_slots"),
+        indices=address(indices, op, "indices"),
+        topk_length=address(topk_length, op, "topk_length"),
+        attn_sink=address(attn_sink, op, "attn_sink"),
+        softmax_scale=float(softmax_scale),
+        out=address(out, op, "out"),
+        lse=address(lse, op, "lse"),
+        workspace=address(workspace, op, "workspace"),
+        workspace_bytes=size(workspace_bytes, op, "workspace_bytes"),
+    )
+    check(lib().chord_sparse_mla_decode(ctypes.byref(args), raw_stream(stream)))
+
+
 def sparse_mla_decode(q, cache, indices, softmax_scale, *, format="fp8_ds_mla", topk_length=None, attn_sink=None,
-                      out=None, lse=None, workspace=None, stream=None) -> Tuple[object, object]:
+                      out=None, lse=None, workspace=None, stream=None, **raw_sizes) -> Tuple[object, object]:
     """chord_sparse_mla_decode(): each query token's attention over its selected cache records.
 
     q bf16 [T, h, 576] (rope_dims 64) or [T, h, 512] (NoPE); cache as for mla_cache_write (in `format`);
@@ -139,15 +266,19 @@ def sparse_mla_decode(q, cache, indices, softmax_scale, *, format="fp8_ds_mla", 
     denominator only). out bf16 [T, h, 512] and lse float32 [T, h] (natural log, sink excluded; +inf and
     a zero output where a token has no valid key) are allocated when not given. workspace: any dtype,
     contiguous, at least sparse_mla_decode_workspace_size() bytes (allocated when not given and needed).
-    Returns (out, lse). torch tensors only (raw pointers: fill a SparseMlaDecodeArgs and call
-    lib().chord_sparse_mla_decode).
+    Returns (out, lse).
+    Raw pointers: the sizes of sparse_mla_decode_raw (num_tokens, num_heads, topk, num_slots, rope_dims,
+    workspace_bytes) are given as keywords, out and lse are required; returns None.
     """
     op = "sparse_mla_decode"
-    fmt = _format(format, op)
     torch = torch_module_of(q, cache, indices, topk_length, attn_sink, out, lse, workspace)
     if torch is None:
-        raise invalid(op, "takes torch tensors; with raw pointers fill a chordrt.SparseMlaDecodeArgs and call "
-                           "chordrt.lib().chord_sparse_mla_decode")
+        sparse_mla_decode_raw(q, cache, indices, softmax_scale, format=format, topk_length=topk_length,
+                              attn_sink=attn_sink, out=out, lse=lse, workspace=workspace, stream=stream, **raw_sizes)
+        return None
+    if raw_sizes:
+        raise invalid(op, f"{', '.join(sorted(raw_sizes))}: sizes come from the tensors' shapes")
+    fmt = _format(format, op)
     if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, numbers.Real):
         raise invalid(op, f"softmax_scale must be a float, got {type(softmax_scale).__name__}")
     call = TorchCall(torch, op, stream)
@@ -169,26 +300,26 @@ def sparse_mla_decode(q, cache, indices, softmax_scale, *, format="fp8_ds_mla", 
     if lse is None:
         lse = torch.empty((tokens, heads), dtype=torch.float32, device=call.device)
     call.tensor(lse, "lse", torch.float32, shape=(tokens, heads))
-    args = SparseMlaDecodeArgs(
-        format=int(fmt), num_heads=heads, rope_dims=rope, topk=topk, num_tokens=tokens, q=q.data_ptr(),
-        cache=cache.data_ptr(), num_slots=slots, indices=indices.data_ptr(),
-        topk_length=topk_length.data_ptr() if topk_length is not None else None,
-        attn_sink=attn_sink.data_ptr() if attn_sink is not None else None, softmax_scale=float(softmax_scale),
-        out=out.data_ptr(), lse=lse.data_ptr())
     with call.guard():
         if workspace is None:
-            need = _workspace_size(args)
+            need = sparse_mla_decode_workspace_size(tokens, heads, topk, format=fmt, rope_dims=rope)
             if need > 0:
                 workspace = torch.empty(need, dtype=torch.uint8, device=call.device)
                 if stream is not None:  # freed on return: not reusable before the kernel on `stream` is done
                     raw = call.stream()
                     workspace.record_stream(stream if isinstance(stream, torch.cuda.Stream)
                                             else torch.cuda.ExternalStream(raw, device=call.device))
+        workspace_bytes = 0
         if workspace is not None:
             if not isinstance(workspace, torch.Tensor):
                 raise invalid(op, f"workspace must be a torch.Tensor, got {type(workspace).__name__}")
             call.tensor(workspace, "workspace", workspace.dtype)
-            args.workspace = workspace.data_ptr()
-            args.workspace_bytes = workspace.numel() * workspace.element_size()
-        check(lib().chord_sparse_mla_decode(ctypes.byref(args), call.stream()))
+            workspace_bytes = workspace.numel() * workspace.element_size()
+        sparse_mla_decode_raw(
+            q.data_ptr(), cache.data_ptr(), indices.data_ptr(), softmax_scale, num_tokens=tokens, num_heads=heads,
+            topk=topk, num_slots=slots, out=out.data_ptr(), lse=lse.data_ptr(), format=fmt, rope_dims=rope,
+            topk_length=topk_length.data_ptr() if topk_length is not None else None,
+            attn_sink=attn_sink.data_ptr() if attn_sink is not None else None,
+            workspace=workspace.data_ptr() if workspace is not None else None, workspace_bytes=workspace_bytes,
+            stream=call.stream())
     return out, lse

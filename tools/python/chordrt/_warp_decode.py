@@ -1,32 +1,84 @@
-"""TEMPORARY: the warp decode family, until it moves into a module of its own (``_warp_decode.py``).
+"""Warp decode MoE (chordrt.h's "Warp decode MoE" section): a whole MoE expert block of a decode batch.
 
-Operations take either torch tensors (CUDA, contiguous, the documented dtypes; outputs are allocated
-when not given and the call is enqueued on torch's current stream of the tensors' device) or raw
-integer device addresses with explicit sizes (for non-torch users; ``stream`` is then a raw CUstream,
-default 0).
+``warp_decode_moe_raw`` takes raw integer device addresses with explicit sizes and a CUstream int (it
+fills the C args struct and makes the one C call); the torch layer checks the tensors, allocates the
+missing workspace and output, then calls the raw layer on torch's current stream. ``warp_decode_moe``
+takes either.
 """
 
 from __future__ import annotations
 
 import ctypes
+import enum
 from typing import Optional
 
 from ._core import (
+    STATUS_T,
+    STREAM_T,
+    SizedStruct,
     TorchCall,
     address,
     check,
     invalid,
     lib,
+    prototype,
     raw_stream,
     size,
     torch_module_of,
 )
-from ._lib import WarpDecodeMoeArgs, WeightFormat
 
 __all__ = [
+    "WeightFormat",
+    "WarpDecodeMoeArgs",
     "warp_decode_moe_workspace_size",
     "warp_decode_moe",
+    "warp_decode_moe_raw",
 ]
+
+# ---- the C mirror -----------------------------------------------------------------------------------
+
+
+class WeightFormat(enum.IntEnum):
+    """chord_weight_format_t."""
+
+    INT4_GROUP32 = 0
+    MXFP8 = 1
+
+
+class WarpDecodeMoeArgs(SizedStruct):
+    """chord_warp_decode_moe_args_t (pointer fields are raw device addresses)."""
+
+    _c_name_ = "chord_warp_decode_moe_args_t"
+    _min_field_ = "output"
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("format", ctypes.c_int32),  # a chord_weight_format_t
+        ("num_tokens", ctypes.c_int64),
+        ("hidden", ctypes.c_int32),
+        ("intermediate", ctypes.c_int32),
+        ("num_experts", ctypes.c_int32),
+        ("top_k", ctypes.c_int32),
+        ("x", ctypes.c_void_p),
+        ("topk_ids", ctypes.c_void_p),
+        ("topk_weights", ctypes.c_void_p),
+        ("w13", ctypes.c_void_p),
+        ("w13_scale", ctypes.c_void_p),
+        ("w2", ctypes.c_void_p),
+        ("w2_scale", ctypes.c_void_p),
+        ("workspace", ctypes.c_void_p),
+        ("workspace_bytes", ctypes.c_size_t),
+        ("output", ctypes.c_void_p),
+        ("expert_map", ctypes.c_void_p),
+        ("num_global_experts", ctypes.c_int32),
+    ]
+
+
+prototype(
+    "chord_warp_decode_moe_workspace_size",
+    ctypes.c_size_t,
+    [ctypes.c_int64, ctypes.c_int32, ctypes.c_int32],  # num_tokens, top_k, intermediate
+)
+prototype("chord_warp_decode_moe", STATUS_T, [ctypes.POINTER(WarpDecodeMoeArgs), STREAM_T])
 
 
 # ---- warp decode MoE --------------------------------------------------------------------------------
@@ -74,29 +126,49 @@ def warp_decode_moe(
     op = "warp_decode_moe"
     torch = torch_module_of(x, topk_ids, topk_weights, w13, w13_scale, w2, w2_scale, expert_map, workspace, output)
     if torch is None:
-        args = WarpDecodeMoeArgs(
-            format=int(WeightFormat(size(weight_format, op, "weight_format"))),
-            num_tokens=size(num_tokens, op, "num_tokens"),
-            hidden=size(hidden, op, "hidden"),
-            intermediate=size(intermediate, op, "intermediate"),
-            num_experts=size(num_experts, op, "num_experts"),
-            top_k=size(top_k, op, "top_k"),
-            x=address(x, op, "x"),
-            topk_ids=address(topk_ids, op, "topk_ids"),
-            topk_weights=address(topk_weights, op, "topk_weights"),
-            w13=address(w13, op, "w13"),
-            w13_scale=address(w13_scale, op, "w13_scale"),
-            w2=address(w2, op, "w2"),
-            w2_scale=address(w2_scale, op, "w2_scale"),
-            expert_map=address(expert_map, op, "expert_map"),
-            num_global_experts=size(num_global_experts, op, "num_global_experts", required=expert_map is not None),
-            workspace=address(workspace, op, "workspace"),
-            workspace_bytes=size(workspace_bytes, op, "workspace_bytes"),
-            output=address(output, op, "output"),
-        )
-        check(lib().chord_warp_decode_moe(ctypes.byref(args), raw_stream(stream)))
+        warp_decode_moe_raw(x, topk_ids, topk_weights, w13, w13_scale, w2, w2_scale, expert_map=expert_map,
+                            num_global_experts=num_global_experts, workspace=workspace, output=output,
+                            weight_format=weight_format, num_tokens=num_tokens, hidden=hidden,
+                            intermediate=intermediate, num_experts=num_experts, top_k=top_k,
+                            workspace_bytes=workspace_bytes, stream=stream)
         return None
+    return _warp_decode_moe_torch(torch, x, topk_ids, topk_weights, w13, w13_scale, w2, w2_scale, expert_map,
+                                  num_global_experts, workspace, output, weight_format, num_tokens, hidden,
+                                  intermediate, num_experts, top_k, stream)
 
+
+def warp_decode_moe_raw(x, topk_ids, topk_weights, w13, w13_scale, w2, w2_scale, *, expert_map=None,
+                        num_global_experts=None, workspace, output, weight_format, num_tokens, hidden, intermediate,
+                        num_experts, top_k, workspace_bytes, stream=None) -> None:
+    """chord_warp_decode_moe() on raw device addresses (ints; None = NULL) and explicit sizes."""
+    op = "warp_decode_moe"
+    args = WarpDecodeMoeArgs(
+        format=int(WeightFormat(size(weight_format, op, "weight_format"))),
+        num_tokens=size(num_tokens, op, "num_tokens"),
+        hidden=size(hidden, op, "hidden"),
+        intermediate=size(intermediate, op, "intermediate"),
+        num_experts=size(num_experts, op, "num_experts"),
+        top_k=size(top_k, op, "top_k"),
+        x=address(x, op, "x"),
+        topk_ids=address(topk_ids, op, "topk_ids"),
+        topk_weights=address(topk_weights, op, "topk_weights"),
+        w13=address(w13, op, "w13"),
+        w13_scale=address(w13_scale, op, "w13_scale"),
+        w2=address(w2, op, "w2"),
+        w2_scale=address(w2_scale, op, "w2_scale"),
+        expert_map=address(expert_map, op, "expert_map"),
+        num_global_experts=size(num_global_experts, op, "num_global_experts", required=expert_map is not None),
+        workspace=address(workspace, op, "workspace"),
+        workspace_bytes=size(workspace_bytes, op, "workspace_bytes"),
+        output=address(output, op, "output"),
+    )
+    check(lib().chord_warp_decode_moe(ctypes.byref(args), raw_stream(stream)))
+
+
+def _warp_decode_moe_torch(torch, x, topk_ids, topk_weights, w13, w13_scale, w2, w2_scale, expert_map,
+                           num_global_experts, workspace, output, weight_format, num_tokens, hidden, intermediate,
+                           num_experts, top_k, stream):
+    op = "warp_decode_moe"
     call = TorchCall(torch, op, stream)
     call.tensor(x, "x", torch.bfloat16, ndim=2)
     m, h = x.shape
@@ -149,7 +221,7 @@ def warp_decode_moe(
     if m == 0:
         return output
     with call.guard():
-        warp_decode_moe(
+        warp_decode_moe_raw(
             x.data_ptr(),
             topk_ids.data_ptr(),
             topk_weights.data_ptr(),
