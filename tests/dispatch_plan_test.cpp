@@ -7,10 +7,13 @@
 
 #include "runtime/jit_runtime.hpp"
 #include "runtime/model_plan.hpp"
+#include "runtime/ops/dsa_indexer.hpp"
 #include "runtime/ops/glue.hpp"
 #include "runtime/ops/grouped.hpp"
 #include "runtime/ops/indexed.hpp"
+#include "runtime/ops/sparse_mla.hpp"
 #include "runtime/ops/w4a16.hpp"
+#include "runtime/ops/warp_decode.hpp"
 #include "tests/test_support.hpp"
 
 using chordrt::test::kHopperFacts;
@@ -69,15 +72,31 @@ TEST_CASE("dry-run dispatch: the glue ops at the glue bench's points are planned
       for (int64_t tokens : {1, 8, 64, 256, 1024, 4096, 16384}) {
         for (int32_t block : {16, 32, 64, 128}) {
           const int64_t cap = chordrt::ops::moe_align_sorted_capacity(tokens, 8, 384, block);
-          chord_moe_align_args_t a{sizeof(a),  fake<const int32_t>(0), tokens,    8, 384, block, fake<int32_t>(1),
-                                   cap,        fake<int32_t>(2),       cap,       fake<int32_t>(3),
+          chord_moe_align_args_t a{sizeof(a),
+                                   fake<const int32_t>(0),
+                                   tokens,
+                                   8,
+                                   384,
+                                   block,
+                                   fake<int32_t>(1),
+                                   cap,
+                                   fake<int32_t>(2),
+                                   cap,
+                                   fake<int32_t>(3),
                                    ep ? fake<const int32_t>(4) : nullptr};
           chordrt::ops::moe_align(a, nullptr);
         }
         const chord_silu_and_mul_args_t s{sizeof(s), fake(5), fake(6), tokens * 8, inter};
         chordrt::ops::silu_and_mul(s, nullptr);
-        const chord_moe_combine_args_t c{sizeof(c),       fake(7), fake<const float>(8), fake(9), tokens, 8, 7168,
-                                         ep ? fake<const int32_t>(10) : nullptr, ep ? fake<const int32_t>(11) : nullptr,
+        const chord_moe_combine_args_t c{sizeof(c),
+                                         fake(7),
+                                         fake<const float>(8),
+                                         fake(9),
+                                         tokens,
+                                         8,
+                                         7168,
+                                         ep ? fake<const int32_t>(10) : nullptr,
+                                         ep ? fake<const int32_t>(11) : nullptr,
                                          384};
         chordrt::ops::moe_combine(c, nullptr);
       }
@@ -86,7 +105,8 @@ TEST_CASE("dry-run dispatch: the glue ops at the glue bench's points are planned
   }
 }
 
-TEST_CASE("dry-run dispatch: the grouped GEMMs at the grouped bench's points are planned", "[plan][dispatch][grouped]") {
+TEST_CASE("dry-run dispatch: the grouped GEMMs at the grouped bench's points are planned",
+          "[plan][dispatch][grouped]") {
   // bench/grouped_bench.py: Kimi K2 at EP8 (48 local experts), gate_up N 4096 K 7168 and down N 7168 K 2048;
   // contiguous 128 / 256 / 512 rows per expert, masked 8 / 16 / 32 / 64 tokens per expert (max_m 128).
   const int32_t experts = 48;
@@ -94,8 +114,8 @@ TEST_CASE("dry-run dispatch: the grouped GEMMs at the grouped bench's points are
     for (const auto& [n, k] : {std::pair<int32_t, int32_t>{4096, 7168}, {7168, 2048}}) {
       const chord_w4a16_weight_t contiguous = packed_weight(CHORD_W4A16_LAYOUT_WGMMA_K64, experts, n, k);
       for (int64_t per_expert : {128, 256, 512}) {
-        const chord_grouped_contiguous_args_t a{sizeof(a), fake(0), experts * per_expert, &contiguous,
-                                                fake<const int32_t>(1), fake(2)};
+        const chord_grouped_contiguous_args_t a{
+            sizeof(a), fake(0), experts * per_expert, &contiguous, fake<const int32_t>(1), fake(2)};
         chordrt::ops::grouped_contiguous(a, nullptr);
       }
       const chord_w4a16_weight_t masked = packed_weight(CHORD_W4A16_LAYOUT_WGMMA_K128, experts, n, k);
@@ -108,12 +128,13 @@ TEST_CASE("dry-run dispatch: the grouped GEMMs at the grouped bench's points are
   CHECK(asked == 2 * (2 + 3 + 4));  // per projection: two packers, three contiguous and four masked GEMMs
 }
 
-TEST_CASE("dry-run dispatch: the indexed GEMMs at the indexed bench's points are planned", "[plan][dispatch][indexed]") {
+TEST_CASE("dry-run dispatch: the indexed GEMMs at the indexed bench's points are planned",
+          "[plan][dispatch][indexed]") {
   // bench/indexed_bench.py: Kimi K2 (384 experts, top-8). EP8 prefill: 48 local experts behind an expert
   // map, 1024..16384-token steps (about tokens routes here), WGMMA_K64; TP8 prefill: 384 experts sliced
-  // (gate_up N 512 K 7168, down N 7168 K 256), 8 routes per token; EP8 decode: 160 / 400 routes over the
-  // 48 experts, MMA. Each point: block_m from chord_indexed_block_m, moe_align at it (prefill), then
-  // gate_up on [T, K] with top_k 8 and down on [8T, K] with top_k 1.
+  // (gate_up N 512 K 7168, down N 7168 K 256), 8 routes per token; EP8 decode: 160 / 400 routes, all on
+  // the 48 local experts (384 global behind the map), MMA. Each point: block_m from chord_indexed_block_m, moe_align at
+  // it (prefill), then gate_up on [T, K] with top_k 8 and down on [8T, K] with top_k 1.
   struct Case {
     const char* deployment;
     chord_w4a16_layout_t layout;
@@ -125,7 +146,7 @@ TEST_CASE("dry-run dispatch: the indexed GEMMs at the indexed bench's points are
   const Case cases[] = {
       {"ep8", CHORD_W4A16_LAYOUT_WGMMA_K64, 48, true, {4096, 7168}, {7168, 2048}, {1024, 2048, 4096, 8192, 16384}},
       {"tp8", CHORD_W4A16_LAYOUT_WGMMA_K64, 384, false, {512, 7168}, {7168, 256}, {1024, 2048, 4096, 8192, 16384}},
-      {"ep8", CHORD_W4A16_LAYOUT_MMA, 48, false, {4096, 7168}, {7168, 2048}, {20, 50}},
+      {"ep8", CHORD_W4A16_LAYOUT_MMA, 48, true, {4096, 7168}, {7168, 2048}, {20, 50}},
   };
   for (const Case& c : cases) {
     const bool decode = c.layout == CHORD_W4A16_LAYOUT_MMA;
@@ -135,19 +156,23 @@ TEST_CASE("dry-run dispatch: the indexed GEMMs at the indexed bench's points are
       for (const auto& [n, k] : {c.gate_up, c.down}) {
         const chord_w4a16_weight_t w = packed_weight(c.layout, c.experts, n, k);
         for (int64_t tokens : c.tokens) {
-          // Decode's routes all land here (48 global experts, no map); prefill's tokens * 8 * E / 384.
+          // Decode's routes all land here; prefill's tokens * 8 * E / 384.
           const int64_t routed = tokens * 8 * c.experts / (decode ? c.experts : 384);
           const int32_t block_m = chordrt::ops::indexed_block_m(c.layout, c.experts, n, k, routed, 0);
-          const int32_t global_experts = decode ? c.experts : 384;
-          const int64_t cap = chordrt::ops::moe_align_sorted_capacity(tokens, 8, global_experts, block_m);
-          // The decode bench aligns over its 48 experts without a map, a shape no deployment plans:
-          // only its GEMMs are checked.
-          if (!decode) {
-            const chord_moe_align_args_t al{sizeof(al), fake<const int32_t>(3), tokens, 8, global_experts, block_m,
-                                            fake<int32_t>(4), cap, fake<int32_t>(5), (cap + block_m - 1) / block_m,
-                                            fake<int32_t>(6), c.expert_map ? fake<const int32_t>(7) : nullptr};
-            chordrt::ops::moe_align(al, nullptr);
-          }
+          const int64_t cap = chordrt::ops::moe_align_sorted_capacity(tokens, 8, 384, block_m);
+          const chord_moe_align_args_t al{sizeof(al),
+                                          fake<const int32_t>(3),
+                                          tokens,
+                                          8,
+                                          384,
+                                          block_m,
+                                          fake<int32_t>(4),
+                                          cap,
+                                          fake<int32_t>(5),
+                                          (cap + block_m - 1) / block_m,
+                                          fake<int32_t>(6),
+                                          c.expert_map ? fake<const int32_t>(7) : nullptr};
+          chordrt::ops::moe_align(al, nullptr);
           const bool is_gate_up = n == c.gate_up.first && k == c.gate_up.second;
           chord_indexed_args_t a{};
           a.struct_size = sizeof(a);
@@ -168,6 +193,143 @@ TEST_CASE("dry-run dispatch: the indexed GEMMs at the indexed bench's points are
       }
     });
     CHECK(gemms == 2 * c.tokens.size());
-    CHECK(asked == 2 + gemms + (decode ? 0 : gemms));  // the packers, the GEMMs, moe_align (prefill)
+    CHECK(asked == 2 + 2 * gemms);  // the packers, the GEMMs, moe_align
+  }
+}
+
+TEST_CASE("dry-run dispatch: warp decode at the warp-decode bench's points is planned",
+          "[plan][dispatch][warp_decode]") {
+  // bench/warp_decode_bench.py: Kimi K2 TP8 and EP8 (rank 3's 48 experts behind a map), Qwen3-30B-A3B at
+  // TP1, INT4 and MXFP8, 1..64 tokens; the shapes without a preset are bench/models/ configs.
+  const std::string models = std::string(CHORD_TEST_SOURCE_DIR) + "/bench/models/";
+  struct Case {
+    std::string int4_model, mxfp8_model, deployment;
+    int32_t hidden, intermediate, experts, global_experts;
+  };
+  const Case cases[] = {
+      {"kimi-k2", models + "kimi-k2-mxfp8.json", "tp8", 7168, 256, 384, 384},
+      {"kimi-k2", models + "kimi-k2-mxfp8.json", "ep8", 7168, 2048, 48, 384},
+      {models + "qwen3-30b-a3b-int4.json", models + "qwen3-30b-a3b-mxfp8.json", "tp1", 2048, 768, 128, 128},
+  };
+  for (const Case& c : cases) {
+    for (const int32_t format : {CHORD_WEIGHT_INT4_GROUP32, CHORD_WEIGHT_MXFP8}) {
+      const std::string& model = format == CHORD_WEIGHT_MXFP8 ? c.mxfp8_model : c.int4_model;
+      INFO(model << " " << c.deployment);
+      const size_t asked = expect_planned(model, c.deployment, [&] {
+        for (int64_t tokens : {1, 2, 4, 8, 16, 32, 64}) {
+          chord_warp_decode_moe_args_t a{};
+          a.struct_size = sizeof a;
+          a.format = format;
+          a.num_tokens = tokens;
+          a.hidden = c.hidden;
+          a.intermediate = c.intermediate;
+          a.num_experts = c.experts;
+          a.top_k = 8;
+          a.x = fake(0);
+          a.topk_ids = fake<const int32_t>(1);
+          a.topk_weights = fake<const float>(2);
+          a.w13 = fake(3);
+          a.w13_scale = fake(4);
+          a.w2 = fake(5);
+          a.w2_scale = fake(6);
+          a.workspace = fake(7);
+          a.workspace_bytes = chordrt::ops::warp_decode_moe_workspace_size(tokens, 8, c.intermediate);
+          a.output = fake(8);
+          if (c.experts != c.global_experts) {
+            a.expert_map = fake<const int32_t>(9);
+            a.num_global_experts = c.global_experts;
+          }
+          chordrt::ops::warp_decode_moe(a, nullptr);
+        }
+      });
+      CHECK(asked >= 2);
+    }
+  }
+}
+
+TEST_CASE("dry-run dispatch: sparse MLA at the sparse MLA bench's points is planned", "[plan][dispatch][sparse_mla]") {
+  // bench/sparse_mla_bench.py, topk 2048: fp8_ds_mla at h 8 / 16 (Mistral Large 4 TP8 / TP4) for 1..256
+  // tokens, h 64 / 128 (Mistral Large 4 and DeepSeek-V3.2 with DP attention) for 1 / 32 / 128, a NoPE
+  // and a BF16-cache point at h 16; the cache written by mla_cache_write first.
+  struct Case {
+    const char* model;
+    const char* deployment;
+    int32_t format, rope, heads;
+    std::vector<int64_t> tokens;
+  };
+  const Case cases[] = {
+      {"mistral-large-4", "tp8", CHORD_MLA_CACHE_FP8_DS_MLA, 64, 8, {1, 8, 32, 128, 256}},
+      {"mistral-large-4", "tp4", CHORD_MLA_CACHE_FP8_DS_MLA, 64, 16, {1, 8, 32, 128, 256}},
+      {"mistral-large-4", "ep8", CHORD_MLA_CACHE_FP8_DS_MLA, 64, 64, {1, 32, 128}},
+      {"deepseek-v3.2", "ep8", CHORD_MLA_CACHE_FP8_DS_MLA, 64, 128, {1, 32, 128}},
+      {"mistral-large-4", "tp4", CHORD_MLA_CACHE_FP8_DS_MLA, 0, 16, {128}},
+      {"mistral-large-4", "tp4", CHORD_MLA_CACHE_BF16, 64, 16, {128}},
+  };
+  for (const Case& c : cases) {
+    INFO(c.model << " " << c.deployment << " format " << c.format << " rope " << c.rope << " h " << c.heads);
+    const size_t asked = expect_planned(c.model, c.deployment, [&] {
+      chord_mla_cache_write_args_t w{sizeof(w), c.format, c.rope, 4096, fake(0), fake<const int64_t>(1), fake(2), 4096};
+      chordrt::ops::mla_cache_write(w, nullptr);
+      for (int64_t tokens : c.tokens) {
+        chord_sparse_mla_decode_args_t a{};
+        a.struct_size = sizeof a;
+        a.format = c.format;
+        a.num_heads = c.heads;
+        a.rope_dims = c.rope;
+        a.topk = 2048;
+        a.num_tokens = tokens;
+        a.q = fake(3);
+        a.cache = fake(2);
+        a.num_slots = 1 << 20;
+        a.indices = fake<const int32_t>(4);
+        a.softmax_scale = 0.0417f;
+        a.out = fake(5);
+        a.lse = fake<float>(6);
+        a.workspace = fake(7);
+        a.workspace_bytes = chordrt::ops::sparse_mla_decode_workspace_size(a);
+        chordrt::ops::sparse_mla_decode(a, nullptr);
+      }
+    });
+    CHECK(asked >= 2);
+  }
+}
+
+TEST_CASE("dry-run dispatch: the DSA indexer at the DSA bench's points is planned", "[plan][dispatch][dsa_indexer]") {
+  // bench/dsa_bench.py: 64 (DeepSeek-V3.2) and 32 (Mistral Large 4) indexer heads, page 64, 1..128 queries
+  // of 65536 positions each; top-2048 over 1..128 rows with a block table.
+  for (const auto& [model, heads] : {std::pair{"deepseek-v3.2", 64}, {"mistral-large-4", 32}}) {
+    INFO(model);
+    const size_t asked = expect_planned(model, "tp8", [&] {
+      chord_indexer_cache_write_args_t w{sizeof(w), 64, fake(0), fake<const int64_t>(1), fake(2), 64, 1024};
+      chordrt::ops::indexer_cache_write(w, nullptr);
+      for (int64_t tokens : {1, 8, 64, 128}) {
+        chord_dsa_indexer_args_t a{sizeof(a),
+                                   heads,
+                                   tokens,
+                                   fake(3),
+                                   fake<const float>(4),
+                                   fake(2),
+                                   64,
+                                   tokens * 1024,
+                                   fake<const int32_t>(5),
+                                   1024,
+                                   fake<const int32_t>(6),
+                                   65536,
+                                   fake<float>(7)};
+        chordrt::ops::dsa_indexer_logits(a, nullptr);
+        chord_dsa_topk_args_t t{sizeof(t),
+                                tokens,
+                                2048,
+                                fake<const float>(7),
+                                65536,
+                                fake<const int32_t>(6),
+                                fake<const int32_t>(5),
+                                1024,
+                                64,
+                                fake<int32_t>(8)};
+        chordrt::ops::dsa_topk(t, nullptr);
+      }
+    });
+    CHECK(asked >= 3);
   }
 }
