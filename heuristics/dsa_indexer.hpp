@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <string>
 
-#include "heuristics/device_facts.hpp"
 #include "kernels_src/dsa_indexer/params.cuh"
+#include "runtime/core/device_facts.hpp"
 
 namespace chordrt::heuristics {
 

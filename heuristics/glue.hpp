@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "heuristics/device_facts.hpp"
+#include "runtime/core/device_facts.hpp"
 
 namespace chordrt::heuristics {
 

@@ -7,8 +7,8 @@
 #include <string>
 #include <string_view>
 
-#include "heuristics/device_facts.hpp"
 #include "kernels_src/grouped/params.cuh"
+#include "runtime/core/device_facts.hpp"
 
 namespace chordrt::heuristics {
 

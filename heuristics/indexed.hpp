@@ -6,9 +6,9 @@
 #include <cstdint>
 #include <string>
 
-#include "heuristics/device_facts.hpp"
 #include "heuristics/grouped.hpp"
 #include "kernels_src/indexed/params.cuh"
+#include "runtime/core/device_facts.hpp"
 
 namespace chordrt::heuristics {
 

@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "heuristics/device_facts.hpp"
+#include "runtime/core/device_facts.hpp"
 
 namespace chordrt::heuristics {
 

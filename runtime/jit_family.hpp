@@ -14,8 +14,8 @@
 #include <string_view>
 #include <vector>
 
-#include "heuristics/device_facts.hpp"
 #include "jit_cache/descriptor.hpp"
+#include "runtime/core/device_facts.hpp"
 #include "runtime/jit_runtime.hpp"
 #include "runtime/kernel_registry.hpp"
 
@@ -52,7 +52,8 @@ class JitFamily {
 
   static Key key(const jit::Descriptor& d) {
     Key k{};
-    for (size_t i = 0; i < Derived::kFields.size(); ++i) k.*(Derived::kFields[i].member) = static_cast<int>(d.values[i]);
+    for (size_t i = 0; i < Derived::kFields.size(); ++i)
+      k.*(Derived::kFields[i].member) = static_cast<int>(d.values[i]);
     return k;
   }
 
@@ -71,7 +72,7 @@ class JitFamily {
   static KernelProgram program_of(const jit::Descriptor& d) { return Derived::program(key(d)); }
   static std::vector<jit::Descriptor> examples_of(Arch arch) {
     std::vector<jit::Descriptor> out;
-    for (const Key& k : Derived::examples(heuristics::DeviceFacts::offline(arch))) out.push_back(descriptor(arch, k));
+    for (const Key& k : Derived::examples(DeviceFacts::offline(arch))) out.push_back(descriptor(arch, k));
     return out;
   }
 };

@@ -7,12 +7,12 @@
 #include <cstring>
 
 #include "jit_cache/cache_key.hpp"
+#include "runtime/core/error.hpp"
+#include "runtime/core/logging.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/env_config.hpp"
-#include "runtime/core/error.hpp"
 #include "runtime/kernel_registry.hpp"
 #include "runtime/kernel_sources.hpp"
-#include "runtime/core/logging.hpp"
 #include "runtime/nvrtc_compiler.hpp"
 
 namespace chordrt {
@@ -21,7 +21,7 @@ namespace {
 thread_local DryRun* t_dry_run = nullptr;
 }  // namespace
 
-DryRun::DryRun(heuristics::DeviceFacts facts) : previous_(t_dry_run) {
+DryRun::DryRun(DeviceFacts facts) : previous_(t_dry_run) {
   context_.facts = facts;
   placeholder_.dry_run = true;
   t_dry_run = this;

@@ -14,9 +14,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "heuristics/device_facts.hpp"
 #include "jit_cache/descriptor.hpp"
 #include "jit_cache/disk_cache.hpp"
+#include "runtime/core/device_facts.hpp"
 #include "runtime/kernel_registry.hpp"
 
 namespace chordrt {
@@ -47,7 +47,7 @@ struct LoadedKernel {
 struct ContextState {
   CUcontext context = nullptr;
   CUdevice device = 0;
-  heuristics::DeviceFacts facts;
+  DeviceFacts facts;
 };
 
 enum class ImageSource { kMemory, kDisk, kCompiled };
@@ -125,7 +125,7 @@ class JitRuntime {
 // skips. The planner's tests run the real dispatch this way to check that prewarm plans what dispatch uses.
 class DryRun {
  public:
-  explicit DryRun(heuristics::DeviceFacts facts);
+  explicit DryRun(DeviceFacts facts);
   ~DryRun();
   DryRun(const DryRun&) = delete;
   DryRun& operator=(const DryRun&) = delete;

@@ -135,8 +135,7 @@ void PlanBuilder::add(const jit::Descriptor& d) {
   if (std::find(descriptors_.begin(), descriptors_.end(), d) == descriptors_.end()) descriptors_.push_back(d);
 }
 
-std::vector<jit::Descriptor> plan_descriptors(const MoeModelShape& m, const Deployment& dep,
-                                              const heuristics::DeviceFacts& facts) {
+std::vector<jit::Descriptor> plan_descriptors(const MoeModelShape& m, const Deployment& dep, const DeviceFacts& facts) {
   if (m.moe_intermediate > 0 && m.moe_intermediate % dep.tensor_parallel != 0) {
     throw_error(CHORD_ERROR_INVALID_ARGUMENT, "deployment {}: moe_intermediate {} is not divisible by TP {}", dep.name,
                 m.moe_intermediate, dep.tensor_parallel);

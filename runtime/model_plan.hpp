@@ -8,8 +8,8 @@
 #include <string_view>
 #include <vector>
 
-#include "heuristics/device_facts.hpp"
 #include "jit_cache/descriptor.hpp"
+#include "runtime/core/device_facts.hpp"
 
 namespace chordrt {
 
@@ -63,13 +63,13 @@ MoeModelShape resolve_model(std::string_view preset_or_path);
 // `facts`: the device the plan is for (DeviceFacts::offline(arch) on a build box without one); the same
 // facts dispatch sees on that device, so a strict-mode run finds every kernel.
 std::vector<jit::Descriptor> plan_descriptors(const MoeModelShape& model, const Deployment& deployment,
-                                              const heuristics::DeviceFacts& facts);
+                                              const DeviceFacts& facts);
 
 // What each family's planner sees, and where it puts its descriptors (deduplicated, in order).
 struct ModelPlanInput {
   const MoeModelShape& model;
   const Deployment& deployment;
-  const heuristics::DeviceFacts& facts;
+  const DeviceFacts& facts;
 };
 class PlanBuilder {
  public:

@@ -94,7 +94,7 @@ TEST_CASE("indexer cache pages are 132 bytes per token", "[dsa_indexer]") {
 
 TEST_CASE("dsa logits heuristics: waves, ring depth, head groups", "[dsa_indexer]") {
   using namespace chordrt::heuristics;
-  const DeviceFacts h200{};
+  const chordrt::DeviceFacts h200{};
   // The decode step the targets are about: 64 queries of 64K keys, 3 CTAs per SM -> 4096 CTAs of 1024.
   const auto big = select_dsa_logits({64, 64, 64, 65536}, h200);
   CHECK(big.key_warps == 4);
@@ -134,7 +134,7 @@ TEST_CASE("dsa config checks name what is wrong", "[dsa_indexer]") {
   CHECK_THAT(dsa_logits_config_error(64, 0, ok), Contains("page_size"));
   CHECK_THAT(dsa_logits_config_error(64, 64, {4, 1, 1, 1024}), Contains("stages"));
   CHECK_THAT(dsa_logits_config_error(64, 64, {4, 1, 4, 1000}), Contains("keys_per_cta"));
-  DeviceFacts small;  // a device with 99 KB per block
+  chordrt::DeviceFacts small;  // a device with 99 KB per block
   small.max_smem_per_block_optin = 99 * 1024;
   CHECK_THAT(dsa_logits_config_error(64, 64, {4, 1, 8, 8192}, small), Contains("shared memory"));
   CHECK(dsa_logits_config_error(64, 64, select_dsa_logits({64, 64, 64, 65536}, small), small).empty());

@@ -102,7 +102,7 @@ TEST_CASE("rowwise_grid: x covers the row, y the groups of rows_per_cta rows cap
 TEST_CASE("select_moe_align: the most warps that fit, a cluster of 8 above 2048 routes", "[heuristics]") {
   using chordrt::heuristics::kMoeAlignClusterMinRoutes;
   using chordrt::heuristics::moe_align_configs;
-  const chordrt::heuristics::DeviceFacts h200;  // 227 KB opt-in
+  const chordrt::DeviceFacts h200;  // 227 KB opt-in
   auto smem = [](int threads, int e) { return 4 * ((threads / 32) * e + 4 * e + 1 + threads / 32); };
   for (int e = 1; e <= chord::kMoeAlignMaxExperts; ++e) {
     INFO("experts " << e);
@@ -110,7 +110,7 @@ TEST_CASE("select_moe_align: the most warps that fit, a cluster of 8 above 2048 
     REQUIRE(threads == 1024);  // up to 1024 experts all 32 warps fit on an H200
     REQUIRE(smem(threads, e) <= h200.max_smem_per_block_optin);
   }
-  chordrt::heuristics::DeviceFacts small = h200;
+  chordrt::DeviceFacts small = h200;
   small.max_smem_per_block_optin = 48 * 1024;  // a device without the opt-in carve-out
   for (int e : {100, 384, 1024}) {
     INFO("experts " << e);

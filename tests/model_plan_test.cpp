@@ -245,8 +245,8 @@ TEST_CASE("plan_descriptors for a tensor-parallel deployment", "[plan]") {
   // Stable order: the same plan twice.
   CHECK(chordrt::plan_descriptors(kimi, Deployment::parse("tp8"), kHopperFacts) == ds);
   // The arch is carried through.
-  for (const auto& d : chordrt::plan_descriptors(kimi, Deployment::parse("tp8"),
-                                                 chordrt::heuristics::DeviceFacts::offline(Arch{100, 'a'}))) {
+  for (const auto& d :
+       chordrt::plan_descriptors(kimi, Deployment::parse("tp8"), chordrt::DeviceFacts::offline(Arch{100, 'a'}))) {
     CHECK(d.arch == Arch{100, 'a'});
   }
 }
@@ -362,7 +362,7 @@ TEST_CASE("plan_descriptors rejects indivisible deployments", "[plan]") {
 
 TEST_CASE("plan_descriptors for sparse attention (Mistral Large 4 at TP8 / TP4, DeepSeek-V3.2)", "[plan][sparse_mla]") {
   using chordrt::heuristics::SparseMlaShape;
-  const chordrt::heuristics::DeviceFacts h200{};
+  const chordrt::DeviceFacts h200{};
   for (const auto& [model, deployment, heads, nope] :
        {std::tuple{"mistral-large-4", "tp8", 8, true}, std::tuple{"mistral-large-4", "tp4", 16, true},
         std::tuple{"deepseek-v3.2", "tp8", 16, false}, std::tuple{"deepseek-v3.2", "ep8", 128, false}}) {

@@ -18,7 +18,7 @@ using chordrt::test::kHopper;
 
 namespace {
 
-const chordrt::heuristics::DeviceFacts kH200{};
+const chordrt::DeviceFacts kH200{};
 
 SparseMlaShape shape(int heads, int64_t tokens, int topk = 2048, int f = chord::sparse_mla::kFp8DsMla, int rope = 64) {
   return {f, rope, heads, topk, tokens};

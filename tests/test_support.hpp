@@ -31,7 +31,7 @@
 namespace chordrt::test {
 
 inline constexpr Arch kHopper{90, 'a'};
-inline const heuristics::DeviceFacts kHopperFacts = heuristics::DeviceFacts::offline(kHopper);
+inline const DeviceFacts kHopperFacts = DeviceFacts::offline(kHopper);
 // The one-CTA moe_align configuration (what dispatch picks for up to 2048 routes on an H200).
 inline constexpr heuristics::MoeAlignConfig kSingleCta{1024, 1};
 

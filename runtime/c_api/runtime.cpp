@@ -94,7 +94,7 @@ CHORD_API chord_status_t chord_prewarm_model(const char* model, const char* depl
     if (summary) check_out(summary, CHORD_PREWARM_SUMMARY_MIN_SIZE, "chord_prewarm_model");
     const auto descriptors =
         chordrt::plan_descriptors(chordrt::resolve_model(model), chordrt::Deployment::parse(deployment),
-                                  chordrt::heuristics::DeviceFacts::offline(chordrt::Arch::parse(arch)));
+                                  chordrt::DeviceFacts::offline(chordrt::Arch::parse(arch)));
     std::vector<chordrt::PrewarmItem> items;
     for (const auto& d : descriptors) items.push_back(chordrt::prewarm_one(chordrt::JitRuntime::global(), d));
     const chordrt::PrewarmSummary s = chordrt::summarize(items);

@@ -41,7 +41,7 @@ KernelProgram DsaIndexerCacheWriteFamily::program(const K& k) {
   return p;
 }
 
-std::vector<DsaIndexerCacheWriteKey> DsaIndexerCacheWriteFamily::examples(const heuristics::DeviceFacts& facts) {
+std::vector<DsaIndexerCacheWriteKey> DsaIndexerCacheWriteFamily::examples(const DeviceFacts& facts) {
   return {dsa_indexer_cache_write_key(facts)};
 }
 
@@ -60,7 +60,7 @@ KernelProgram DsaIndexerLogitsFamily::program(const K& k) {
 }
 
 // The bench's decode step (64 queries of 64K), a single query, the 128-head split, both page sizes.
-std::vector<DsaIndexerLogitsKey> DsaIndexerLogitsFamily::examples(const heuristics::DeviceFacts& facts) {
+std::vector<DsaIndexerLogitsKey> DsaIndexerLogitsFamily::examples(const DeviceFacts& facts) {
   std::vector<K> out;
   for (const auto& [heads, page, tokens, context] :
        {std::tuple{64, 64, 64, 65536}, {32, 64, 64, 65536}, {64, 1, 1, 2048}, {32, 1, 8, 65536}, {128, 64, 4, 8192}}) {
@@ -81,20 +81,20 @@ KernelProgram DsaIndexerTopkFamily::program(const K& k) {
   return p;
 }
 
-std::vector<DsaIndexerTopkKey> DsaIndexerTopkFamily::examples(const heuristics::DeviceFacts& facts) {
+std::vector<DsaIndexerTopkKey> DsaIndexerTopkFamily::examples(const DeviceFacts& facts) {
   return {dsa_indexer_topk_key(2048, facts)};
 }
 
-DsaIndexerCacheWriteKey dsa_indexer_cache_write_key(const heuristics::DeviceFacts&) {
+DsaIndexerCacheWriteKey dsa_indexer_cache_write_key(const DeviceFacts&) {
   return {heuristics::select_dsa_key_cache_write().warps};
 }
 
-DsaIndexerLogitsKey dsa_indexer_logits_key(const heuristics::DsaLogitsShape& s, const heuristics::DeviceFacts& facts) {
+DsaIndexerLogitsKey dsa_indexer_logits_key(const heuristics::DsaLogitsShape& s, const DeviceFacts& facts) {
   const DsaLogitsConfig c = heuristics::select_dsa_logits(s, facts);
   return {s.heads, s.page_size, c.key_warps, c.head_groups, c.stages, c.keys_per_cta};
 }
 
-DsaIndexerTopkKey dsa_indexer_topk_key(int topk, const heuristics::DeviceFacts& facts) {
+DsaIndexerTopkKey dsa_indexer_topk_key(int topk, const DeviceFacts& facts) {
   const DsaTopkConfig c = heuristics::select_dsa_topk(topk, facts);
   return {c.threads, c.candidates};
 }

@@ -34,7 +34,7 @@ struct DsaIndexerCacheWriteFamily : JitFamily<DsaIndexerCacheWriteFamily, DsaInd
   static constexpr std::string_view kName = "dsa_indexer.cache_write";
   static constexpr std::array<KeyField<K>, 1> kFields{{{"warps", &K::warps, 1, 32}}};
   static KernelProgram program(const K& k);
-  static std::vector<K> examples(const heuristics::DeviceFacts& facts);
+  static std::vector<K> examples(const DeviceFacts& facts);
 };
 
 struct DsaIndexerLogitsFamily : JitFamily<DsaIndexerLogitsFamily, DsaIndexerLogitsKey> {
@@ -49,7 +49,7 @@ struct DsaIndexerLogitsFamily : JitFamily<DsaIndexerLogitsFamily, DsaIndexerLogi
       {"keys_per_cta", &K::keys_per_cta, 128, 8192},
   }};
   static KernelProgram program(const K& k);
-  static std::vector<K> examples(const heuristics::DeviceFacts& facts);
+  static std::vector<K> examples(const DeviceFacts& facts);
 };
 
 struct DsaIndexerTopkFamily : JitFamily<DsaIndexerTopkFamily, DsaIndexerTopkKey> {
@@ -60,13 +60,13 @@ struct DsaIndexerTopkFamily : JitFamily<DsaIndexerTopkFamily, DsaIndexerTopkKey>
       {"candidates", &K::candidates, 256, 16384},
   }};
   static KernelProgram program(const K& k);
-  static std::vector<K> examples(const heuristics::DeviceFacts& facts);
+  static std::vector<K> examples(const DeviceFacts& facts);
 };
 
 // The keys dispatch launches on a device (the planner calls the same functions).
-DsaIndexerCacheWriteKey dsa_indexer_cache_write_key(const heuristics::DeviceFacts& facts);
-DsaIndexerLogitsKey dsa_indexer_logits_key(const heuristics::DsaLogitsShape& s, const heuristics::DeviceFacts& facts);
-DsaIndexerTopkKey dsa_indexer_topk_key(int topk, const heuristics::DeviceFacts& facts);
+DsaIndexerCacheWriteKey dsa_indexer_cache_write_key(const DeviceFacts& facts);
+DsaIndexerLogitsKey dsa_indexer_logits_key(const heuristics::DsaLogitsShape& s, const DeviceFacts& facts);
+DsaIndexerTopkKey dsa_indexer_topk_key(int topk, const DeviceFacts& facts);
 
 size_t indexer_cache_page_bytes(int32_t page_size);
 void indexer_cache_write(const chord_indexer_cache_write_args_t& args, CUstream stream);

@@ -24,20 +24,20 @@ KernelProgram MoeAlignFamily::program(const MoeAlignKey& k) {
   return p;
 }
 
-std::vector<MoeAlignKey> MoeAlignFamily::examples(const heuristics::DeviceFacts& facts) {
+std::vector<MoeAlignKey> MoeAlignFamily::examples(const DeviceFacts& facts) {
   std::vector<MoeAlignKey> out = moe_align_keys(384, 16, true, facts);
   for (const MoeAlignKey& k : moe_align_keys(1024, 128, false, facts)) out.push_back(k);
   return out;
 }
 
 MoeAlignKey moe_align_key(int num_experts, int block_size, bool has_expert_map, int64_t routes,
-                          const heuristics::DeviceFacts& facts) {
+                          const DeviceFacts& facts) {
   const auto c = heuristics::select_moe_align(num_experts, routes, facts);
   return {num_experts, block_size, has_expert_map ? 1 : 0, c.threads, c.cluster};
 }
 
 std::vector<MoeAlignKey> moe_align_keys(int num_experts, int block_size, bool has_expert_map,
-                                        const heuristics::DeviceFacts& facts) {
+                                        const DeviceFacts& facts) {
   std::vector<MoeAlignKey> out;
   for (const auto& c : heuristics::moe_align_configs(num_experts, facts)) {
     out.push_back({num_experts, block_size, has_expert_map ? 1 : 0, c.threads, c.cluster});
@@ -105,7 +105,7 @@ KernelProgram SiluAndMulFamily::program(const RowwiseKey& k) {
   return p;
 }
 
-std::vector<RowwiseKey> SiluAndMulFamily::examples(const heuristics::DeviceFacts&) {
+std::vector<RowwiseKey> SiluAndMulFamily::examples(const DeviceFacts&) {
   return {silu_and_mul_key(2048), silu_and_mul_key(7)};
 }
 
@@ -124,7 +124,7 @@ KernelProgram MoeCombineFamily::program(const MoeCombineKey& k) {
   return p;
 }
 
-std::vector<MoeCombineKey> MoeCombineFamily::examples(const heuristics::DeviceFacts&) {
+std::vector<MoeCombineKey> MoeCombineFamily::examples(const DeviceFacts&) {
   return {moe_combine_key(8, 7168, false), moe_combine_key(1, 100, true)};
 }
 

@@ -25,7 +25,7 @@ struct MoeAlignFamily : JitFamily<MoeAlignFamily, MoeAlignKey> {
       {"cluster", &MoeAlignKey::cluster, 1, chord::kMoeAlignMaxCluster},
   }};
   static KernelProgram program(const MoeAlignKey& k);
-  static std::vector<MoeAlignKey> examples(const heuristics::DeviceFacts& facts);
+  static std::vector<MoeAlignKey> examples(const DeviceFacts& facts);
 };
 
 // VEC, THREADS, ROWS_PER_CTA of the row-wise kernels.
@@ -40,7 +40,7 @@ struct SiluAndMulFamily : JitFamily<SiluAndMulFamily, RowwiseKey> {
       {"rows_per_cta", &RowwiseKey::rows_per_cta, 1, chord::kRowwiseMaxThreads / 32},
   }};
   static KernelProgram program(const RowwiseKey& k);
-  static std::vector<RowwiseKey> examples(const heuristics::DeviceFacts& facts);
+  static std::vector<RowwiseKey> examples(const DeviceFacts& facts);
 };
 
 struct MoeCombineKey {
@@ -56,15 +56,14 @@ struct MoeCombineFamily : JitFamily<MoeCombineFamily, MoeCombineKey> {
       {"filtered", &MoeCombineKey::filtered, 0, 1},
   }};
   static KernelProgram program(const MoeCombineKey& k);
-  static std::vector<MoeCombineKey> examples(const heuristics::DeviceFacts& facts);
+  static std::vector<MoeCombineKey> examples(const DeviceFacts& facts);
 };
 
 // The keys dispatch uses for a shape on a device (and what the planner prewarms).
 MoeAlignKey moe_align_key(int num_experts, int block_size, bool has_expert_map, int64_t routes,
-                          const heuristics::DeviceFacts& facts);
+                          const DeviceFacts& facts);
 // Every moe_align key dispatch can pick for this expert count and block size.
-std::vector<MoeAlignKey> moe_align_keys(int num_experts, int block_size, bool has_expert_map,
-                                        const heuristics::DeviceFacts& facts);
+std::vector<MoeAlignKey> moe_align_keys(int num_experts, int block_size, bool has_expert_map, const DeviceFacts& facts);
 RowwiseKey silu_and_mul_key(int64_t intermediate);
 MoeCombineKey moe_combine_key(int top_k, int64_t hidden, bool filtered);
 

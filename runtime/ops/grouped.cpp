@@ -96,7 +96,7 @@ KernelProgram GroupedGemmFamily::program(const GroupedGemmKey& k) {
   return grouped_gemm_program(kName, shape_of(k), {k.block_m, k.slices, k.stages});
 }
 
-std::vector<GroupedGemmKey> GroupedGemmFamily::examples(const heuristics::DeviceFacts& facts) {
+std::vector<GroupedGemmKey> GroupedGemmFamily::examples(const DeviceFacts& facts) {
   // Kimi K2 EP8 gate_up and down in both modes at typical hints, and a small odd shape.
   struct Example {
     GroupedShape shape;
@@ -112,7 +112,7 @@ std::vector<GroupedGemmKey> GroupedGemmFamily::examples(const heuristics::Device
   return out;
 }
 
-GroupedGemmKey grouped_gemm_key(const GroupedShape& s, int64_t rows_hint, const heuristics::DeviceFacts& facts,
+GroupedGemmKey grouped_gemm_key(const GroupedShape& s, int64_t rows_hint, const DeviceFacts& facts,
                                 std::string_view override_spec, const char* op) {
   const GroupedConfig c = resolve_config(
       op, "CHORD_GROUPED_CONFIG", std::string(override_spec), heuristics::select_grouped(s, rows_hint, facts),

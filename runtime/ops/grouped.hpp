@@ -31,7 +31,7 @@ struct GroupedGemmFamily : JitFamily<GroupedGemmFamily, GroupedGemmKey> {
       {"stages", &GroupedGemmKey::stages, chord::grouped::kMinStages, chord::grouped::kMaxStages},
   }};
   static KernelProgram program(const GroupedGemmKey& k);
-  static std::vector<GroupedGemmKey> examples(const heuristics::DeviceFacts& facts);
+  static std::vector<GroupedGemmKey> examples(const DeviceFacts& facts);
 };
 
 // The kernel of any mode (kIndexed included) for a shape and a configuration; throws INVALID_ARGUMENT
@@ -42,9 +42,8 @@ KernelProgram grouped_gemm_program(std::string_view family, const heuristics::Gr
 // The key dispatch uses for a shape on a device: the heuristic's configuration for rows_hint, then
 // `override_spec` (CHORD_GROUPED_CONFIG, "" for none) checked by grouped_config_error; `op` names
 // errors. The planner calls it with "".
-GroupedGemmKey grouped_gemm_key(const heuristics::GroupedShape& s, int64_t rows_hint,
-                                const heuristics::DeviceFacts& facts, std::string_view override_spec = {},
-                                const char* op = "grouped");
+GroupedGemmKey grouped_gemm_key(const heuristics::GroupedShape& s, int64_t rows_hint, const DeviceFacts& facts,
+                                std::string_view override_spec = {}, const char* op = "grouped");
 
 // The kernels of this family (and its packers) a model's deployment dispatches.
 void plan_grouped(const ModelPlanInput& in, PlanBuilder& plan);

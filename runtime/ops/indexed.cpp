@@ -74,7 +74,7 @@ KernelProgram IndexedPrefillFamily::program(const IndexedPrefillKey& k) {
   return grouped_gemm_program(kName, gathering_shape(s), {k.block_m, k.slices, k.stages});
 }
 
-std::vector<IndexedPrefillKey> IndexedPrefillFamily::examples(const heuristics::DeviceFacts& facts) {
+std::vector<IndexedPrefillKey> IndexedPrefillFamily::examples(const DeviceFacts& facts) {
   // Kimi K2 EP8 and TP8 gate_up at a typical step.
   std::vector<IndexedPrefillKey> out;
   for (const IndexedShape& s :
@@ -97,14 +97,13 @@ KernelProgram IndexedDecodeFamily::program(const IndexedDecodeKey& k) {
   return p;
 }
 
-std::vector<IndexedDecodeKey> IndexedDecodeFamily::examples(const heuristics::DeviceFacts&) {
+std::vector<IndexedDecodeKey> IndexedDecodeFamily::examples(const DeviceFacts&) {
   // Kimi K2 EP8 down at the smallest and a larger decode block.
   const IndexedShape s{W4a16Layout::kMma, 7168, 2048, 48};
   return {indexed_decode_key(s, 8), indexed_decode_key(s, 24)};
 }
 
-IndexedPrefillKey indexed_prefill_key(const IndexedShape& s, int block_m, int64_t routes,
-                                      const heuristics::DeviceFacts& facts) {
+IndexedPrefillKey indexed_prefill_key(const IndexedShape& s, int block_m, int64_t routes, const DeviceFacts& facts) {
   const GroupedConfig c = heuristics::select_indexed_prefill(s, block_m, routes, facts);
   if (const std::string why = heuristics::grouped_config_error(gathering_shape(s), c, facts); !why.empty()) {
     throw_error(CHORD_ERROR_INVALID_ARGUMENT, "indexed_gemm: block_m {} (layout WGMMA_K64): {}", block_m, why);
@@ -134,7 +133,7 @@ int32_t indexed_block_m(int32_t layout, int32_t num_experts, int32_t n, int32_t 
   // Needs no device: chosen for the H100/H200 facts an offline prewarm plans with (the planner picks the
   // same block sizes for them).
   return heuristics::select_indexed_block_m(s, routed_rows, static_cast<heuristics::IndexedProfile>(profile),
-                                            heuristics::DeviceFacts{});
+                                            DeviceFacts{});
 }
 
 void indexed_gemm(const chord_indexed_args_t& a, CUstream stream) {

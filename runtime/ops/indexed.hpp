@@ -29,7 +29,7 @@ struct IndexedPrefillFamily : JitFamily<IndexedPrefillFamily, IndexedPrefillKey>
       {"stages", &IndexedPrefillKey::stages, chord::grouped::kMinStages, chord::grouped::kMaxStages},
   }};
   static KernelProgram program(const IndexedPrefillKey& k);
-  static std::vector<IndexedPrefillKey> examples(const heuristics::DeviceFacts& facts);
+  static std::vector<IndexedPrefillKey> examples(const DeviceFacts& facts);
 };
 
 // chord::indexed::indexed_decode_kernel<N, K, EXPERTS, BM, DEPTH>.
@@ -46,13 +46,13 @@ struct IndexedDecodeFamily : JitFamily<IndexedDecodeFamily, IndexedDecodeKey> {
       {"depth", &IndexedDecodeKey::depth, 1, chord::indexed::kDecodeMaxDepth},
   }};
   static KernelProgram program(const IndexedDecodeKey& k);
-  static std::vector<IndexedDecodeKey> examples(const heuristics::DeviceFacts& facts);
+  static std::vector<IndexedDecodeKey> examples(const DeviceFacts& facts);
 };
 
 // The keys dispatch uses for a weight shape, the routing's block_m and the routes (tokens * top_k) on a
 // device (and what the planner prewarms). The shape's layout picks the family.
 IndexedPrefillKey indexed_prefill_key(const heuristics::IndexedShape& s, int block_m, int64_t routes,
-                                      const heuristics::DeviceFacts& facts);
+                                      const DeviceFacts& facts);
 IndexedDecodeKey indexed_decode_key(const heuristics::IndexedShape& s, int block_m);
 
 // The kernels of this family (its packers, and moe_align at the block sizes it picks) a model's

@@ -52,7 +52,7 @@ KernelProgram SparseMlaDecodeFamily::program(const K& k) {
   return p;
 }
 
-std::vector<SparseMlaDecodeKey> SparseMlaDecodeFamily::examples(const heuristics::DeviceFacts& facts) {
+std::vector<SparseMlaDecodeKey> SparseMlaDecodeFamily::examples(const DeviceFacts& facts) {
   std::vector<K> out;
   for (const auto& s : kExamples) out.push_back(sparse_mla_launch(s, facts).decode);
   return out;
@@ -67,11 +67,9 @@ KernelProgram SparseMlaCombineFamily::program(const K& k) {
   return p;
 }
 
-std::vector<SparseMlaCombineKey> SparseMlaCombineFamily::examples(const heuristics::DeviceFacts&) {
-  return {{8}, {sm::kMaxHeads}};
-}
+std::vector<SparseMlaCombineKey> SparseMlaCombineFamily::examples(const DeviceFacts&) { return {{8}, {sm::kMaxHeads}}; }
 
-SparseMlaLaunch sparse_mla_launch(const SparseMlaShape& s, const heuristics::DeviceFacts& facts) {
+SparseMlaLaunch sparse_mla_launch(const SparseMlaShape& s, const DeviceFacts& facts) {
   const SparseMlaConfig c = resolve_config(
       kOp, "CHORD_MLA_CONFIG", env_config().mla_override, heuristics::select_sparse_mla(s, facts),
       [&](std::string_view spec, SparseMlaConfig& cfg) {

@@ -38,7 +38,7 @@ struct SparseMlaCacheWriteFamily : JitFamily<SparseMlaCacheWriteFamily, SparseMl
       {"warps", &K::warps, 1, 32},
   }};
   static KernelProgram program(const K& k);
-  static std::vector<K> examples(const heuristics::DeviceFacts& facts);
+  static std::vector<K> examples(const DeviceFacts& facts);
 };
 
 struct SparseMlaDecodeFamily : JitFamily<SparseMlaDecodeFamily, SparseMlaDecodeKey> {
@@ -53,7 +53,7 @@ struct SparseMlaDecodeFamily : JitFamily<SparseMlaDecodeFamily, SparseMlaDecodeK
       {"stages", &K::stages, 2, 8},
   }};
   static KernelProgram program(const K& k);
-  static std::vector<K> examples(const heuristics::DeviceFacts& facts);
+  static std::vector<K> examples(const DeviceFacts& facts);
 };
 
 struct SparseMlaCombineFamily : JitFamily<SparseMlaCombineFamily, SparseMlaCombineKey> {
@@ -61,7 +61,7 @@ struct SparseMlaCombineFamily : JitFamily<SparseMlaCombineFamily, SparseMlaCombi
   static constexpr std::string_view kName = "sparse_mla.combine";
   static constexpr std::array<KeyField<K>, 1> kFields{{{"heads", &K::heads, 8, sm::kMaxHeads}}};
   static KernelProgram program(const K& k);
-  static std::vector<K> examples(const heuristics::DeviceFacts& facts);
+  static std::vector<K> examples(const DeviceFacts& facts);
 };
 
 SparseMlaCacheWriteKey sparse_mla_cache_write_key(int format, int rope_dims);
@@ -74,7 +74,7 @@ struct SparseMlaLaunch {
   SparseMlaDecodeKey decode;
   SparseMlaCombineKey combine;  // launched when config.splits > 1
 };
-SparseMlaLaunch sparse_mla_launch(const heuristics::SparseMlaShape& s, const heuristics::DeviceFacts& facts);
+SparseMlaLaunch sparse_mla_launch(const heuristics::SparseMlaShape& s, const DeviceFacts& facts);
 
 size_t mla_cache_record_bytes(int32_t format, int32_t rope_dims);
 void mla_cache_write(const chord_mla_cache_write_args_t& args, CUstream stream);

@@ -27,7 +27,7 @@ KernelProgram SparseMlaCacheWriteFamily::program(const K& k) {
   return p;
 }
 
-std::vector<SparseMlaCacheWriteKey> SparseMlaCacheWriteFamily::examples(const heuristics::DeviceFacts&) {
+std::vector<SparseMlaCacheWriteKey> SparseMlaCacheWriteFamily::examples(const DeviceFacts&) {
   std::vector<K> out;
   for (const int format : {sm::kFp8DsMla, sm::kBf16}) {
     for (const int rope : {64, 0}) out.push_back(sparse_mla_cache_write_key(format, rope));

@@ -66,7 +66,7 @@ KernelProgram W4a16PackFamily::program(const W4a16PackKey& key) {
   return p;
 }
 
-std::vector<W4a16PackKey> W4a16PackFamily::examples(const heuristics::DeviceFacts&) {
+std::vector<W4a16PackKey> W4a16PackFamily::examples(const DeviceFacts&) {
   // Kimi K2 EP8 gate_up and down, one per layout.
   return {w4a16_pack_key(W4a16Layout::kWgmmaK64, 4096, 7168), w4a16_pack_key(W4a16Layout::kWgmmaK128, 7168, 2048),
           w4a16_pack_key(W4a16Layout::kMma, 7168, 2048)};

@@ -29,7 +29,7 @@ struct W4a16PackFamily : JitFamily<W4a16PackFamily, W4a16PackKey> {
       {"k", &W4a16PackKey::k, chord::w4a16::block_k(W4a16Layout::kWgmmaK64), chord::w4a16::kMaxDim},
   }};
   static KernelProgram program(const W4a16PackKey& k);
-  static std::vector<W4a16PackKey> examples(const heuristics::DeviceFacts& facts);
+  static std::vector<W4a16PackKey> examples(const DeviceFacts& facts);
 };
 
 // The packer for a weight of this layout and shape (dispatch and the planners).

@@ -76,7 +76,7 @@ KernelProgram WarpDecodeGateUpFamily::program(const K& k) {
   return p;
 }
 
-std::vector<WarpDecodeGateUpKey> WarpDecodeGateUpFamily::examples(const heuristics::DeviceFacts& facts) {
+std::vector<WarpDecodeGateUpKey> WarpDecodeGateUpFamily::examples(const DeviceFacts& facts) {
   std::vector<K> out;
   for (size_t i = 0; i < std::size(kExamples); ++i)
     out.push_back(warp_decode_keys(kExamples[i], kExampleTokens[i], facts).gate_up);
@@ -106,7 +106,7 @@ KernelProgram WarpDecodeDownFamily::program(const K& k) {
   return p;
 }
 
-std::vector<WarpDecodeDownKey> WarpDecodeDownFamily::examples(const heuristics::DeviceFacts& facts) {
+std::vector<WarpDecodeDownKey> WarpDecodeDownFamily::examples(const DeviceFacts& facts) {
   std::vector<K> out;
   for (size_t i = 0; i < std::size(kExamples); ++i)
     out.push_back(warp_decode_keys(kExamples[i], kExampleTokens[i], facts).down);
@@ -122,7 +122,7 @@ WarpDecodeKeys warp_decode_keys_of(const WarpDecodeShape& s, const heuristics::W
            d.n_tiles, d.stage_groups, d.stages, map}};
 }
 
-WarpDecodeKeys warp_decode_keys(const WarpDecodeShape& s, int64_t tokens, const heuristics::DeviceFacts& facts) {
+WarpDecodeKeys warp_decode_keys(const WarpDecodeShape& s, int64_t tokens, const DeviceFacts& facts) {
   using Configs = std::pair<heuristics::WarpDecodeGateUpConfig, heuristics::WarpDecodeDownConfig>;
   const Configs chosen = resolve_config(
       "warp_decode_moe", "CHORD_WARP_DECODE_CONFIG", env_config().warp_decode_override,

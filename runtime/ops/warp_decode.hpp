@@ -47,7 +47,7 @@ struct WarpDecodeGateUpFamily : JitFamily<WarpDecodeGateUpFamily, WarpDecodeGate
   // "" when the kernel template accepts the key (beyond the field ranges), else why not.
   static std::string error(const K& k);
   static KernelProgram program(const K& k);
-  static std::vector<K> examples(const heuristics::DeviceFacts& facts);
+  static std::vector<K> examples(const DeviceFacts& facts);
 };
 
 struct WarpDecodeDownFamily : JitFamily<WarpDecodeDownFamily, WarpDecodeDownKey> {
@@ -70,7 +70,7 @@ struct WarpDecodeDownFamily : JitFamily<WarpDecodeDownFamily, WarpDecodeDownKey>
   }};
   static std::string error(const K& k);
   static KernelProgram program(const K& k);
-  static std::vector<K> examples(const heuristics::DeviceFacts& facts);
+  static std::vector<K> examples(const DeviceFacts& facts);
 };
 
 struct WarpDecodeKeys {
@@ -80,8 +80,7 @@ struct WarpDecodeKeys {
 // The keys dispatch launches for `tokens` tokens of shape s on a device: the heuristics' configs, then
 // CHORD_WARP_DECODE_CONFIG, checked as the families check them (INVALID_ARGUMENT naming the field).
 // The planner calls the same function.
-WarpDecodeKeys warp_decode_keys(const heuristics::WarpDecodeShape& s, int64_t tokens,
-                                const heuristics::DeviceFacts& facts);
+WarpDecodeKeys warp_decode_keys(const heuristics::WarpDecodeShape& s, int64_t tokens, const DeviceFacts& facts);
 // The keys of given configs (tests, and the override path).
 WarpDecodeKeys warp_decode_keys_of(const heuristics::WarpDecodeShape& s, const heuristics::WarpDecodeGateUpConfig& g,
                                    const heuristics::WarpDecodeDownConfig& d);

@@ -174,8 +174,8 @@ int run_prewarm(const PrewarmRequest& req, bool as_json) {
   std::vector<jit::Descriptor> descriptors;
   if (!req.model.empty()) {
     const MoeModelShape model = resolve_model(req.model);
-    descriptors = plan_descriptors(model, Deployment::parse(req.deployment),
-                                   heuristics::DeviceFacts::offline(Arch::parse(req.arch)));
+    descriptors =
+        plan_descriptors(model, Deployment::parse(req.deployment), DeviceFacts::offline(Arch::parse(req.arch)));
   } else {
     descriptors = read_descriptor_lines(!req.descriptors_file.empty() ? req.descriptors_file : req.misses_file);
   }

@@ -1,9 +1,10 @@
-// What heuristics may know about the device: plain values, so configs are pure functions.
+// What heuristics (and the planner, for an offline target) may know about the device: plain values, so configs are pure
+// functions.
 #pragma once
 
 #include "runtime/core/arch.hpp"
 
-namespace chordrt::heuristics {
+namespace chordrt {
 
 struct DeviceFacts {
   Arch arch{90, 'a'};
@@ -19,4 +20,4 @@ struct DeviceFacts {
   }
 };
 
-}  // namespace chordrt::heuristics
+}  // namespace chordrt
