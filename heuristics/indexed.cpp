@@ -128,7 +128,8 @@ std::string indexed_decode_config_error(const IndexedShape& s, const IndexedDeco
 
 IndexedDecodeConfig select_indexed_decode(const IndexedShape&, int block_m) {
   // Four chunks ahead fill the DRAM queue at 16 warps per SM; more tokens' activations leave registers for
-  // fewer under the 128-register cap of 4 CTAs per SM (ptxas: depth 4 spills at block_m 24, 3 at 32).
+  // fewer under the 128-register cap of 4 CTAs per SM. Even so block_m 16-32 spill 8-36 bytes per thread
+  // (tests/ptxas_report_test.cpp holds the numbers).
   return {block_m, block_m <= 16 ? 4 : (block_m <= 24 ? 3 : 2)};
 }
 

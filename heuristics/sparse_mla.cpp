@@ -76,8 +76,8 @@ SparseMlaConfig select_sparse_mla_kernel(const SparseMlaShape& s, const DeviceFa
 }
 
 int sparse_mla_ctas_per_sm(const SparseMlaShape& s, const SparseMlaConfig& c) {
-  // ptxas: 4-warp configs use <= 192 registers (two CTAs fit 64K); 8-warp ones <= 128 up to 16 heads
-  // (two), up to 255 beyond (one).
+  // Registers: two 4-warp CTAs fit, two 8-warp ones up to 16 heads, one beyond (the kernel's launch
+  // bounds; tests/ptxas_report_test.cpp checks each example against ptxas).
   const int by_regs = c.warps == 4 || c.head_group <= 16 ? 2 : 1;
   const size_t smem = decode_smem(s, c) + kSmemReservedPerCta;
   const int by_smem = static_cast<int>(static_cast<size_t>(kSmemPerSm) / smem);

@@ -1,0 +1,103 @@
+// The register and spill claims the heuristics rely on, checked against ptxas's own report (the -v log
+// NVRTC returns and the cache stores with each entry), for every example kernel of the families whose
+// occupancy model assumes a register budget. No GPU needed.
+#include <catch2/catch.hpp>
+#include <regex>
+#include <string>
+
+#include "heuristics/dsa_indexer.hpp"
+#include "heuristics/sparse_mla.hpp"
+#include "jit_cache/disk_cache.hpp"
+#include "kernels_src/indexed/params.cuh"
+#include "runtime/jit_runtime.hpp"
+#include "runtime/ops/dsa_indexer.hpp"
+#include "runtime/ops/indexed.hpp"
+#include "runtime/ops/sparse_mla.hpp"
+#include "tests/test_support.hpp"
+
+using chordrt::test::kHopper;
+
+namespace {
+
+constexpr int kRegistersPerSm = 64 * 1024;
+
+struct PtxasReport {
+  int registers = -1;
+  int spill_bytes = -1;  // stores + loads
+};
+
+PtxasReport report_of(const std::string& log) {
+  PtxasReport r;
+  std::smatch m;
+  if (std::regex_search(log, m, std::regex(R"(Used (\d+) registers)"))) r.registers = std::stoi(m[1]);
+  std::smatch s, l;
+  if (std::regex_search(log, s, std::regex(R"((\d+) bytes spill stores)")) &&
+      std::regex_search(log, l, std::regex(R"((\d+) bytes spill loads)"))) {
+    r.spill_bytes = std::stoi(s[1]) + std::stoi(l[1]);
+  }
+  return r;
+}
+
+// Compiles d (into a scratch cache) and returns ptxas's report from the stored entry.
+PtxasReport compiled_report(chordrt::JitRuntime& rt, const chordrt::jit::Descriptor& d) {
+  const auto r = rt.ensure_compiled(d);
+  const auto loaded = rt.disk().load(r.key);
+  REQUIRE(loaded.status == chordrt::jit::DiskCache::LoadStatus::kHit);
+  const PtxasReport p = report_of(loaded.entry.meta.compile_log);
+  INFO(loaded.entry.meta.compile_log);
+  REQUIRE(p.registers > 0);
+  REQUIRE(p.spill_bytes >= 0);
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("ptxas: sparse MLA decode fits the CTAs per SM its heuristic counts, without spills", "[nvrtc][ptxas]") {
+  chordrt::test::TempDir t("ptxas-mla");
+  chordrt::JitRuntime rt(chordrt::test::options_for(t.path()));
+  using chordrt::ops::SparseMlaDecodeFamily;
+  for (const auto& k : SparseMlaDecodeFamily::examples({})) {
+    const auto d = SparseMlaDecodeFamily::descriptor(kHopper, k);
+    INFO(chordrt::jit::to_string(d));
+    const PtxasReport p = compiled_report(rt, d);
+    const chordrt::heuristics::SparseMlaShape s{k.format, k.rope_dims, k.heads, 2048, 1};
+    const int ctas = chordrt::heuristics::sparse_mla_ctas_per_sm(s, {k.head_group, k.warps, k.stages, 1, 32});
+    CHECK(p.registers * 32 * k.warps * ctas <= kRegistersPerSm);
+    CHECK(p.spill_bytes == 0);
+  }
+}
+
+TEST_CASE("ptxas: DSA indexer logits fit the CTAs per SM its heuristic counts, without spills", "[nvrtc][ptxas]") {
+  chordrt::test::TempDir t("ptxas-dsa");
+  chordrt::JitRuntime rt(chordrt::test::options_for(t.path()));
+  using chordrt::ops::DsaIndexerLogitsFamily;
+  for (const auto& k : DsaIndexerLogitsFamily::examples({})) {
+    const auto d = DsaIndexerLogitsFamily::descriptor(kHopper, k);
+    INFO(chordrt::jit::to_string(d));
+    const PtxasReport p = compiled_report(rt, d);
+    const int ctas =
+        chordrt::heuristics::dsa_logits_ctas_per_sm({k.key_warps, k.head_groups, k.stages, k.keys_per_cta});
+    CHECK(p.registers * 32 * k.key_warps * k.head_groups * ctas <= kRegistersPerSm);
+    CHECK(p.spill_bytes == 0);
+  }
+}
+
+TEST_CASE("ptxas: indexed decode fits its 4 CTAs per SM", "[nvrtc][ptxas]") {
+  chordrt::test::TempDir t("ptxas-indexed");
+  chordrt::JitRuntime rt(chordrt::test::options_for(t.path()));
+  using chordrt::ops::IndexedDecodeFamily;
+  namespace ix = chord::indexed;
+  // Kimi K2 EP8's two projections at every decode block size, at the depth the heuristic picks.
+  for (const auto& [n, k] : {std::pair{4096, 7168}, {7168, 2048}}) {
+    for (const int block_m : {8, 16, 24, 32}) {
+      const auto key = chordrt::ops::indexed_decode_key({chordrt::heuristics::W4a16Layout::kMma, n, k, 48}, block_m);
+      const auto d = IndexedDecodeFamily::descriptor(kHopper, key);
+      INFO(chordrt::jit::to_string(d));
+      const PtxasReport p = compiled_report(rt, d);
+      CHECK(p.registers * ix::kDecodeThreads * ix::kDecodeCtasPerSm <= kRegistersPerSm);
+      // At the 128-register cap block_m 8 fits; larger blocks spill 8-36 bytes per thread (CUDA 13.0's
+      // ptxas): a known cost, bounded here so that a change that spills more is seen.
+      CHECK(p.spill_bytes <= (block_m == 8 ? 0 : 48));
+    }
+  }
+}
