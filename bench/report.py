@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Regenerates docs/performance.md from the JSON files in bench/results/ (newest run of each kind)."""
+"""Regenerates docs/performance.md from the JSON files in bench/results/ (the newest full run of each kind)."""
 import json
 import pathlib
 
@@ -8,7 +8,9 @@ RESULTS = ROOT / "bench" / "results"
 
 
 def newest(prefix):
-    files = sorted(RESULTS.glob(prefix + "*.json"))
+    """The newest full run of a kind; a --quick run (named *.quick.json: a subset of the points) only when
+    there is no full one."""
+    files = sorted(RESULTS.glob(prefix + "*.json"), key=lambda f: (not f.name.endswith(".quick.json"), f.name))
     return (files[-1], json.loads(files[-1].read_text())) if files else (None, None)
 
 
