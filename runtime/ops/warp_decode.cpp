@@ -53,6 +53,15 @@ const WarpDecodeShape kExamples[] = {{WeightFormat::kInt4Group32, 7168, 256, 384
                                      {WeightFormat::kInt4Group32, 4096, 1536, 1024, 2048, 32, true}};
 constexpr int64_t kExampleTokens[] = {1, 128, 128};
 
+// One kernel's keys (Member of WarpDecodeKeys) at the examples.
+template <auto Member>
+auto example_keys(const DeviceFacts& facts) {
+  std::vector<std::remove_cvref_t<decltype(std::declval<WarpDecodeKeys>().*Member)>> out;
+  for (size_t i = 0; i < std::size(kExamples); ++i)
+    out.push_back(warp_decode_keys(kExamples[i], kExampleTokens[i], facts).*Member);
+  return out;
+}
+
 }  // namespace
 
 std::string WarpDecodeGateUpFamily::error(const K& k) {
@@ -77,10 +86,7 @@ KernelProgram WarpDecodeGateUpFamily::program(const K& k) {
 }
 
 std::vector<WarpDecodeGateUpKey> WarpDecodeGateUpFamily::examples(const DeviceFacts& facts) {
-  std::vector<K> out;
-  for (size_t i = 0; i < std::size(kExamples); ++i)
-    out.push_back(warp_decode_keys(kExamples[i], kExampleTokens[i], facts).gate_up);
-  return out;
+  return example_keys<&WarpDecodeKeys::gate_up>(facts);
 }
 
 std::string WarpDecodeDownFamily::error(const K& k) {
@@ -107,10 +113,7 @@ KernelProgram WarpDecodeDownFamily::program(const K& k) {
 }
 
 std::vector<WarpDecodeDownKey> WarpDecodeDownFamily::examples(const DeviceFacts& facts) {
-  std::vector<K> out;
-  for (size_t i = 0; i < std::size(kExamples); ++i)
-    out.push_back(warp_decode_keys(kExamples[i], kExampleTokens[i], facts).down);
-  return out;
+  return example_keys<&WarpDecodeKeys::down>(facts);
 }
 
 WarpDecodeKeys warp_decode_keys_of(const WarpDecodeShape& s, const heuristics::WarpDecodeGateUpConfig& g,
