@@ -1,12 +1,15 @@
 #include "jit_cache/cache_layout.hpp"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <fstream>
-#include <sstream>
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
 
 #include "jit_cache/cache_key.hpp"
 
@@ -35,13 +38,43 @@ fs::path entry_path(const fs::path& root, const std::string& key, const char* ex
   return root / "entries" / key.substr(0, 2) / (key + extension);
 }
 
-bool read_file(const fs::path& path, std::string& out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return false;
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  out = std::move(ss).str();
-  return !in.bad();
+ReadResult read_file(const fs::path& path, std::string& out, uint64_t max_bytes, std::string& problem) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT || errno == ENOTDIR) return ReadResult::kMissing;
+    problem = fmt::format("{} cannot be opened ({})", path.filename().string(), std::strerror(errno));
+    return ReadResult::kRejected;
+  }
+  struct stat st {};
+  ReadResult result = ReadResult::kRead;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    problem = fmt::format("{} is not a regular file", path.filename().string());
+    result = ReadResult::kRejected;
+  } else if (static_cast<uint64_t>(st.st_size) > max_bytes) {
+    problem = fmt::format("{} is {} bytes, more than the {} an entry file may have", path.filename().string(),
+                          st.st_size, max_bytes);
+    result = ReadResult::kRejected;
+  } else {
+    out.assign(static_cast<size_t>(st.st_size), '\0');
+    size_t done = 0;
+    while (done < out.size()) {
+      const ssize_t n = ::read(fd, out.data() + done, out.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      done += static_cast<size_t>(n);
+    }
+    out.resize(done);  // a file truncated meanwhile reads short; its checks fail on the content
+  }
+  ::close(fd);
+  return result;
+}
+
+CacheEntryMeta parse_meta(const std::string& text) {
+  const auto depth_limit = [](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
+    if (depth > kMaxMetaDepth) throw std::runtime_error(fmt::format("nested more than {} levels", kMaxMetaDepth));
+    return true;
+  };
+  return CacheEntryMeta::from_json(nlohmann::json::parse(text, depth_limit));
 }
 
 int64_t mtime_unix(const fs::path& p) {
@@ -74,11 +107,12 @@ uint64_t directory_walks() { return g_walks.load(std::memory_order_relaxed); }
 std::optional<CacheEntry> read_entry(const fs::path& root, const std::string& key, std::string& problem,
                                      bool& present) {
   std::string text;
-  present = read_file(entry_path(root, key, ".json"), text);
-  if (!present) return std::nullopt;
+  const ReadResult meta = read_file(entry_path(root, key, ".json"), text, kMaxMetaBytes, problem);
+  present = meta != ReadResult::kMissing;
+  if (meta != ReadResult::kRead) return std::nullopt;
   CacheEntry entry;
   try {
-    entry.meta = CacheEntryMeta::from_json(nlohmann::json::parse(text));
+    entry.meta = parse_meta(text);
   } catch (const std::exception& e) {
     problem = fmt::format("unreadable metadata ({})", e.what());
     return std::nullopt;
@@ -87,9 +121,14 @@ std::optional<CacheEntry> read_entry(const fs::path& root, const std::string& ke
     problem = fmt::format("metadata names key {}", entry.meta.key);
     return std::nullopt;
   }
-  if (!read_file(entry_path(root, key, ".cubin"), entry.cubin)) {
-    problem = "cubin missing";
-    return std::nullopt;
+  switch (read_file(entry_path(root, key, ".cubin"), entry.cubin, kMaxCubinBytes, problem)) {
+    case ReadResult::kMissing:
+      problem = "cubin missing";
+      return std::nullopt;
+    case ReadResult::kRejected:
+      return std::nullopt;
+    case ReadResult::kRead:
+      break;
   }
   if (entry.cubin.size() != entry.meta.cubin_size) {
     problem = fmt::format("cubin is {} bytes, metadata says {}", entry.cubin.size(), entry.meta.cubin_size);

@@ -26,7 +26,20 @@ namespace layout {
 
 std::filesystem::path entry_path(const std::filesystem::path& root, const std::string& key, const char* extension);
 
-bool read_file(const std::filesystem::path& path, std::string& out);
+// Largest files an entry may have: anything bigger is rejected unread (a link to /dev/zero, a huge
+// crafted file in a shared layer).
+inline constexpr uint64_t kMaxMetaBytes = 1 << 20;
+inline constexpr uint64_t kMaxCubinBytes = uint64_t{256} << 20;
+// Metadata nests 3 levels deep; anything deeper than this is rejected while parsing, before a deep DOM
+// (whose recursive walks could overflow the stack) exists.
+inline constexpr int kMaxMetaDepth = 16;
+
+enum class ReadResult { kMissing, kRead, kRejected };
+// Reads a regular file of at most max_bytes. Opened without blocking, so a FIFO, device or directory at
+// the path is rejected (problem says why) rather than read or waited on.
+ReadResult read_file(const std::filesystem::path& path, std::string& out, uint64_t max_bytes, std::string& problem);
+// An entry's metadata from its text; throws on malformed or too deeply nested JSON.
+CacheEntryMeta parse_meta(const std::string& text);
 int64_t mtime_unix(const std::filesystem::path& path);
 
 // Both files' sizes (0 for a missing file): two stats, no directory walk.

@@ -23,10 +23,10 @@ std::vector<CacheMaintenance::EntryInfo> CacheMaintenance::list() const {
       if (entry) {
         info.meta = std::move(entry->meta);
       } else {
-        std::string text;
-        if (layout::read_file(json_path, text)) {
+        std::string text, ignored;
+        if (layout::read_file(json_path, text, layout::kMaxMetaBytes, ignored) == layout::ReadResult::kRead) {
           try {
-            info.meta = CacheEntryMeta::from_json(nlohmann::json::parse(text));
+            info.meta = layout::parse_meta(text);
           } catch (const std::exception&) {
           }
         }

@@ -186,6 +186,14 @@ TEST_CASE("chord_moe_align_sorted_capacity", "[capi]") {
   CHECK(chord_moe_align_sorted_capacity(100, 8, 256, 1) == 800);
   CHECK(chord_moe_align_sorted_capacity(1 << 20, 8, 1024, 128) == (int64_t{8} << 20) + 1024 * 127);
   CHECK(chordrt::moe_align_sorted_capacity(1000, 8, 384, 16) == chord_moe_align_sorted_capacity(1000, 8, 384, 16));
+  // Out of range or past INT64_MAX: -1, never a wrapped (negative or small) size.
+  CHECK(chord_moe_align_sorted_capacity(INT64_MAX, 64, 1024, 1024) == -1);
+  CHECK(chord_moe_align_sorted_capacity(int64_t{1} << 62, 8, 384, 16) == -1);
+  CHECK(chord_moe_align_sorted_capacity(-1, 8, 384, 16) == -1);
+  CHECK(chord_moe_align_sorted_capacity(4, 0, 384, 16) == -1);
+  CHECK(chord_moe_align_sorted_capacity(4, 8, 0, 16) == -1);
+  CHECK(chord_moe_align_sorted_capacity(4, 8, 384, 0) == -1);
+  CHECK(chord_moe_align_sorted_capacity(int64_t{1} << 59, 8, 384, 16) == (int64_t{1} << 62) + 384 * 15);
 }
 
 TEST_CASE("moe_align: null, misaligned and out-of-range arguments", "[capi]") {
@@ -200,7 +208,8 @@ TEST_CASE("moe_align: null, misaligned and out-of-range arguments", "[capi]") {
   SECTION("misaligned pointers") {
     expect_each_invalid<AlignCall>({
         {[](AlignCall& c) { c.topk_ids = offset_bytes(g_ids, 2); }, "topk_ids must be 4-byte aligned"},
-        {[](AlignCall& c) { c.sorted_token_ids = offset_bytes(g_sorted, 1); }, "sorted_token_ids must be 4-byte aligned"},
+        {[](AlignCall& c) { c.sorted_token_ids = offset_bytes(g_sorted, 1); },
+         "sorted_token_ids must be 4-byte aligned"},
         {[](AlignCall& c) { c.expert_ids = reinterpret_cast<int32_t*>(0x1002); }, "expert_ids"},
         {[](AlignCall& c) { c.num_tokens_post_padded = offset_bytes(g_post, 3); }, "num_tokens_post_padded"},
         {[](AlignCall& c) { c.expert_map = offset_bytes(g_map, 2); }, "expert_map"},
@@ -210,7 +219,8 @@ TEST_CASE("moe_align: null, misaligned and out-of-range arguments", "[capi]") {
     expect_each_value_invalid<AlignCall>(&AlignCall::top_k, "top_k", {0, -1, 65});
     expect_each_value_invalid<AlignCall>(&AlignCall::num_experts, "num_experts", {0, -3, 1025});
     expect_each_value_invalid<AlignCall>(&AlignCall::block_size, "block_size", {0, -16, 1025});
-    expect_each_value_invalid<AlignCall>(&AlignCall::num_tokens, "num_tokens", {-1, (int64_t{1} << 30) / AlignCall{}.top_k + 1});
+    expect_each_value_invalid<AlignCall>(&AlignCall::num_tokens, "num_tokens",
+                                         {-1, (int64_t{1} << 30) / AlignCall{}.top_k + 1});
   }
   SECTION("capacities") {
     AlignCall c;
@@ -225,8 +235,8 @@ TEST_CASE("moe_align: null, misaligned and out-of-range arguments", "[capi]") {
     expect_invalid(c.run(), "expert_ids_capacity");
   }
   SECTION("struct_size") {
-    expect_each_struct_size_invalid<AlignCall>({size_t{0}, size_t{1}, CHORD_MOE_ALIGN_ARGS_MIN_SIZE - 1,
-                                                sizeof(chord_moe_align_args_t) + 1, size_t{1} << 20});
+    expect_each_struct_size_invalid<AlignCall>(
+        {size_t{0}, size_t{1}, CHORD_MOE_ALIGN_ARGS_MIN_SIZE - 1, sizeof(chord_moe_align_args_t) + 1, size_t{1} << 20});
     expect_invalid(chord_moe_align(nullptr, nullptr), "chord_moe_align: args is null");
   }
 }
@@ -235,7 +245,8 @@ TEST_CASE("silu_and_mul: null, misaligned and out-of-range arguments", "[capi]")
   expect_invalid(SiluCall(nullptr, g_out, 4, 2048).run(), "input is null");
   expect_invalid(SiluCall(g_rows, nullptr, 4, 2048).run(), "output is null");
   // intermediate 2048 is read 8 BF16 (16 bytes) at a time.
-  expect_invalid(SiluCall(reinterpret_cast<const void*>(0x1002), g_out, 4, 2048).run(), "input must be 16-byte aligned");
+  expect_invalid(SiluCall(reinterpret_cast<const void*>(0x1002), g_out, 4, 2048).run(),
+                 "input must be 16-byte aligned");
   expect_invalid(SiluCall(offset_bytes(g_rows, 8), g_out, 4, 2048).run(), "16-byte aligned");
   expect_invalid(SiluCall(g_rows, offset_bytes(g_out, 4), 4, 2048).run(), "output must be 16-byte");
   // intermediate 100 = 4-wide vectors: 8-byte alignment.

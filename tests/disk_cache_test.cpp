@@ -213,6 +213,66 @@ TEST_CASE("corrupt and truncated entries are detected and removed", "[cache]") {
   CHECK(again.entry.cubin == e.cubin);
 }
 
+TEST_CASE("hostile entry files are rejected, never read blindly", "[cache]") {
+  // Files a shared or read-only layer could hold: each makes the entry corrupt (listed with the reason,
+  // removed from the primary by load) instead of crashing, hanging or exhausting memory.
+  TempDir t("cache-test");
+  const fs::path root = t.path() / "c";
+  DiskCache cache(opts(root));
+  const CacheEntry e = make_entry("hostile");
+  const std::string& key = e.meta.key;
+  REQUIRE(cache.store(e));
+  const fs::path cubin = entry_file(root, key, ".cubin");
+  const fs::path json = entry_file(root, key, ".json");
+
+  std::string expected_problem;
+  // Descriptors nested 10^5 deep (within the size limit) and 10^6 deep (beyond it).
+  const auto nested = [&](int depth) {
+    nlohmann::json meta = e.meta.to_json();
+    meta.erase("descriptor");
+    std::string text = meta.dump();
+    text.pop_back();
+    return text + ",\"descriptor\":" + std::string(depth, '[') + std::string(depth, ']') + "}";
+  };
+  SECTION("a descriptor nested 100000 levels deep") {
+    spit(json, nested(100000));
+    expected_problem = "nested more than 16 levels";
+  }
+  SECTION("a descriptor nested a million levels deep") {
+    spit(json, nested(1000000));
+    expected_problem = "more than the 1048576";
+  }
+  SECTION("a FIFO in place of the metadata") {
+    fs::remove(json);
+    REQUIRE(::mkfifo(json.c_str(), 0644) == 0);
+    expected_problem = "not a regular file";
+  }
+  SECTION("the cubin a link to /dev/zero") {
+    fs::remove(cubin);
+    fs::create_symlink("/dev/zero", cubin);
+    expected_problem = "not a regular file";
+  }
+  SECTION("a directory in place of the cubin") {
+    fs::remove(cubin);
+    fs::create_directory(cubin);
+    expected_problem = "not a regular file";
+  }
+  SECTION("metadata of more than 1 MiB") {
+    spit(json, e.meta.to_json().dump() + std::string(2 << 20, ' '));
+    expected_problem = "more than";
+  }
+  const auto infos = maint(cache).list();
+  REQUIRE(infos.size() == 1);
+  CHECK_THAT(infos[0].problem, Contains(expected_problem));
+  const auto r = cache.load(key);
+  CHECK(r.status == Status::kCorrupt);
+  CHECK_THAT(r.problem, Contains(expected_problem));
+  CHECK_FALSE(fs::exists(fs::symlink_status(json)));
+  CHECK_FALSE(fs::exists(fs::symlink_status(cubin)));
+  REQUIRE(cache.store(e));
+  CHECK(cache.load(key).status == Status::kHit);
+}
+
 TEST_CASE("read-only layers are searched after the primary", "[cache]") {
   TempDir t("cache-test");
   const fs::path primary = t.path() / "primary";

@@ -247,6 +247,18 @@ TEST_CASE("chord_indexed_gemm argument and weight checks", "[indexed][capi]") {
   CHECK(chord_indexed_gemm(&a, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
   CHECK_THAT(last_error(), Contains("validate must be in [0, 1], got 2"));
   a.validate = 0;
+  // 32 routes need one block of 64: smaller buffers are refused (they used to make the call a no-op).
+  CHECK(chord_indexed_gemm(&a, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(last_error(),
+             Contains("sorted_token_ids_capacity must hold every route in whole blocks") && Contains("= 64), got 0"));
+  a.sorted_token_ids_capacity = 63;
+  CHECK(chord_indexed_gemm(&a, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(last_error(), Contains("sorted_token_ids_capacity") && Contains("got 63"));
+  a.sorted_token_ids_capacity = 64;
+  CHECK(chord_indexed_gemm(&a, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(last_error(), Contains("expert_ids_capacity must hold at least ceil(num_tokens * top_k / block_m) = 1 "
+                                    "blocks, got 0"));
+  a.expert_ids_capacity = 1;
   CHECK(chord_indexed_gemm(&a, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
   CHECK_THAT(last_error(), Contains("a is null"));
   a.num_tokens = 0;

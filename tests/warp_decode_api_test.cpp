@@ -136,6 +136,8 @@ TEST_CASE("warp decode rejects shapes its stages cannot cover", "[warp_decode]")
 TEST_CASE("chord_warp_decode_moe argument checks", "[warp_decode][capi]") {
   CHECK(chord_warp_decode_moe_workspace_size(4, 8, 768) == 4u * 8 * 768 * 2);
   CHECK(chord_warp_decode_moe_workspace_size(0, 8, 768) == 0);
+  CHECK(chord_warp_decode_moe_workspace_size(-4, 8, 768) == 0);
+  CHECK(chord_warp_decode_moe_workspace_size(INT64_MAX, 32, 1 << 20) == SIZE_MAX);  // saturated, not wrapped
   CHECK(chord_warp_decode_moe(nullptr, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
   CHECK_THAT(std::string(chord_last_error()), Contains("args is null"));
   auto a = valid_args();

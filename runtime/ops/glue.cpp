@@ -46,9 +46,15 @@ std::vector<MoeAlignKey> moe_align_keys(int num_experts, int block_size, bool ha
 }
 
 int64_t moe_align_sorted_capacity(int64_t num_tokens, int32_t top_k, int32_t num_experts, int32_t block_size) {
-  const int64_t routes = num_tokens * top_k;
+  if (num_tokens < 0 || top_k < 1 || num_experts < 1 || block_size < 1) return -1;
   // Every non-empty expert pads at most block_size-1 slots; at most min(routes, experts) are non-empty.
-  return routes + std::min<int64_t>(routes, num_experts) * (block_size - 1);
+  int64_t routes = 0, padding = 0, total = 0;
+  if (__builtin_mul_overflow(num_tokens, int64_t{top_k}, &routes) ||
+      __builtin_mul_overflow(std::min<int64_t>(routes, num_experts), int64_t{block_size - 1}, &padding) ||
+      __builtin_add_overflow(routes, padding, &total)) {
+    return -1;
+  }
+  return total;
 }
 
 void moe_align(const chord_moe_align_args_t& a, CUstream stream) {

@@ -159,6 +159,20 @@ void indexed_gemm(const chord_indexed_args_t& a, CUstream stream) {
   require_range(a.validate, 0, 1, op, "validate");
   const int64_t routes = a.num_tokens * a.top_k;
   if (routes == 0) return;
+  // A routing lists every route (moe_align pads, never drops) in whole blocks of block_m: buffers smaller
+  // than ceil(routes / block_m) blocks cannot hold one (and would make the launch a silent no-op).
+  const int64_t min_blocks = ceil_div<int64_t>(routes, a.block_m);
+  if (a.sorted_token_ids_capacity < min_blocks * a.block_m) {
+    throw_error(CHORD_ERROR_INVALID_ARGUMENT,
+                "{}: sorted_token_ids_capacity must hold every route in whole blocks (ceil(num_tokens * top_k / "
+                "block_m) * block_m = {}), got {}",
+                op, min_blocks * a.block_m, a.sorted_token_ids_capacity);
+  }
+  if (a.expert_ids_capacity < min_blocks) {
+    throw_error(CHORD_ERROR_INVALID_ARGUMENT,
+                "{}: expert_ids_capacity must hold at least ceil(num_tokens * top_k / block_m) = {} blocks, got {}", op,
+                min_blocks, a.expert_ids_capacity);
+  }
   require_pointer(a.a, op, "a", 16);
   require_pointer(a.sorted_token_ids, op, "sorted_token_ids", 4);
   require_pointer(a.expert_ids, op, "expert_ids", 4);
@@ -168,7 +182,6 @@ void indexed_gemm(const chord_indexed_args_t& a, CUstream stream) {
 
   // Blocks the kernels may visit: what both buffers hold (the device count is clamped to it).
   const int64_t capacity_blocks = std::min(a.sorted_token_ids_capacity / a.block_m, a.expert_ids_capacity);
-  if (capacity_blocks == 0) return;
   const chord::IndexedRouting routing{static_cast<const chord::bf16*>(a.a),
                                       a.sorted_token_ids,
                                       a.expert_ids,

@@ -154,7 +154,12 @@ WarpDecodeKeys warp_decode_keys(const WarpDecodeShape& s, int64_t tokens, const 
 
 size_t warp_decode_moe_workspace_size(int64_t num_tokens, int32_t top_k, int32_t intermediate) {
   if (num_tokens <= 0 || top_k <= 0 || intermediate <= 0) return 0;
-  return static_cast<size_t>(num_tokens) * static_cast<size_t>(top_k) * static_cast<size_t>(intermediate) * 2;
+  size_t bytes = 2;
+  for (const auto factor :
+       {static_cast<uint64_t>(num_tokens), static_cast<uint64_t>(top_k), static_cast<uint64_t>(intermediate)}) {
+    if (__builtin_mul_overflow(bytes, factor, &bytes)) return SIZE_MAX;  // no buffer is that large
+  }
+  return bytes;
 }
 
 void warp_decode_moe(const chord_warp_decode_moe_args_t& a, CUstream stream) {

@@ -340,6 +340,26 @@ def test_ls(warm):
     assert collections.Counter(e["family"] for e in entries) == meta_families
 
 
+def test_ls_escapes_what_a_crafted_entry_holds(warm):
+    # A descriptor text with a terminal escape sequence (the checksum covers the cubin only, so the entry
+    # still verifies) is printed escaped; invalid UTF-8 still gives valid JSON.
+    cache, _ = warm
+    key = disk_keys(cache)[0]
+    path = entry_file(cache, key, "json")
+    meta = re.sub(rb'"descriptor_text":\s*"', rb'"descriptor_text": "\\u001b[2J\\u0007evil ', path.read_bytes(), count=1)
+    assert b"evil" in meta
+    path.write_bytes(meta)
+    p = chord_jit("ls", cache=cache)
+    assert p.returncode == 0, p.stderr
+    line = next(l for l in p.stdout.splitlines() if l.startswith(key))
+    assert "\x1b" not in line and "\a" not in line
+    assert "\\x1b[2J\\x07evil " in line
+    # Invalid UTF-8 makes the metadata unreadable; the parser's message quotes the bytes, --json replaces them.
+    path.write_bytes(meta.replace(b"evil ", b"\xff\xfe ", 1))
+    entries = {e["key"]: e for e in jrun("ls", cache=cache)["entries"]}
+    assert not entries[key]["valid"] and "metadata" in entries[key]["problem"]
+
+
 def test_stats(warm):
     cache, n = warm
     ls = jrun("ls", cache=cache)["entries"]

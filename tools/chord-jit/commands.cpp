@@ -33,7 +33,22 @@ std::string family_of_entry(const jit::CacheMaintenance::EntryInfo& e) {
   return "?";
 }
 
-void print_json(const json& j) { fmt::print("{}\n", j.dump(2)); }
+// Invalid UTF-8 from a crafted entry becomes U+FFFD rather than an exception.
+void print_json(const json& j) { fmt::print("{}\n", j.dump(2, ' ', false, json::error_handler_t::replace)); }
+
+// Text from cache files as it may be printed to a terminal: control bytes (escape sequences) as \xNN.
+std::string printable(const std::string& text) {
+  std::string out;
+  for (const char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f || c == '\\') {
+      out += fmt::format("\\x{:02x}", u);
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
 
 // Maintenance of the directories the runtime uses (from the environment and --cache-dir).
 jit::CacheMaintenance maintenance() { return jit::CacheMaintenance(JitRuntime::global().disk().options()); }
@@ -123,8 +138,8 @@ int run_ls(bool as_json) {
     return 0;
   }
   for (const auto& e : entries) {
-    fmt::print("{}  {:>9}  {}{}\n", e.key, human_bytes(e.bytes), e.meta ? e.meta->descriptor_text : "?",
-               e.problem.empty() ? "" : "  [corrupt: " + e.problem + "]");
+    fmt::print("{}  {:>9}  {}{}\n", e.key, human_bytes(e.bytes), e.meta ? printable(e.meta->descriptor_text) : "?",
+               e.problem.empty() ? "" : "  [corrupt: " + printable(e.problem) + "]");
   }
   fmt::print("{} entries\n", entries.size());
   return 0;
@@ -208,7 +223,8 @@ int run_verify(bool repair, bool as_json) {
   } else {
     for (const auto& p : problems) {
       fmt::print("{}  {}: {}{}\n", p["key"].get<std::string>(), p["layer"].get<std::string>(),
-                 p["problem"].get<std::string>(), p.contains("repair") ? " -> " + p["repair"].get<std::string>() : "");
+                 printable(p["problem"].get<std::string>()),
+                 p.contains("repair") ? " -> " + p["repair"].get<std::string>() : "");
     }
     fmt::print("{} ok, {} corrupt, {} repaired\n", ok, corrupt, repaired);
   }

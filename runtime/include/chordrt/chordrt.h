@@ -86,7 +86,8 @@ CHORD_API chord_status_t chord_prewarm_model(const char* model, const char* depl
 
 /* Capacity (elements) sorted_token_ids needs: routes + min(routes, num_experts)*(block_size-1), where
  * routes = num_tokens*top_k (each non-empty expert pads at most block_size-1 slots). vLLM's bound,
- * routes + num_experts*(block_size-1), is never smaller, so buffers sized by it are accepted too. */
+ * routes + num_experts*(block_size-1), is never smaller, so buffers sized by it are accepted too.
+ * -1 for a negative num_tokens, a top_k, num_experts or block_size below 1, or a size past INT64_MAX. */
 CHORD_API int64_t chord_moe_align_sorted_capacity(int64_t num_tokens, int32_t top_k, int32_t num_experts,
                                                   int32_t block_size);
 
@@ -158,7 +159,8 @@ typedef enum chord_weight_format {
 } chord_weight_format_t;
 
 /* Bytes of the BF16 intermediate [num_tokens*top_k, intermediate] warp decode writes between its two
- * kernels (the caller owns it, so the call allocates nothing and is graph-capturable). */
+ * kernels (the caller owns it, so the call allocates nothing and is graph-capturable). 0 when a size is
+ * 0 or negative; SIZE_MAX when the product does not fit a size_t. */
 CHORD_API size_t chord_warp_decode_moe_workspace_size(int64_t num_tokens, int32_t top_k, int32_t intermediate);
 
 typedef struct chord_warp_decode_moe_args {

@@ -108,14 +108,14 @@ prototype("chord_moe_combine", STATUS_T, [ctypes.POINTER(MoeCombineArgs), STREAM
 
 
 def moe_align_sorted_capacity(num_tokens: int, top_k: int, num_experts: int, block_size: int) -> int:
-    """chord_moe_align_sorted_capacity(): elements sorted_token_ids needs."""
+    """chord_moe_align_sorted_capacity(): elements sorted_token_ids needs (-1 for sizes out of range)."""
     return int(lib().chord_moe_align_sorted_capacity(num_tokens, top_k, num_experts, block_size))
 
 
 def moe_align_expert_ids_capacity(num_tokens: int, top_k: int, num_experts: int, block_size: int) -> int:
-    """Blocks expert_ids needs: ceil(sorted capacity / block_size)."""
+    """Blocks expert_ids needs: ceil(sorted capacity / block_size) (-1 for sizes out of range)."""
     cap = moe_align_sorted_capacity(num_tokens, top_k, num_experts, block_size)
-    return -(-cap // block_size) if block_size > 0 else 0
+    return -(-cap // block_size) if cap >= 0 else -1
 
 
 # ---- moe_align --------------------------------------------------------------------------------------
