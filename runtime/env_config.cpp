@@ -43,7 +43,11 @@ EnvConfig EnvConfig::from_environment() {
       logger().warn("ignoring CHORD_CACHE_MAX_SIZE: {}", e.what());
     }
   }
-  c.strict = env("CHORD_JIT_STRICT") == "1";
+  if (const std::string strict = env("CHORD_JIT_STRICT"); strict == "1") {
+    c.strict = true;
+  } else if (!strict.empty() && strict != "0") {
+    logger().warn("CHORD_JIT_STRICT=\"{}\" is neither 0 nor 1; strict mode stays off", strict);
+  }
   c.record_misses = env("CHORD_RECORD_MISSES");
   c.warp_decode_override = env("CHORD_WARP_DECODE_CONFIG");
   c.grouped_override = env("CHORD_GROUPED_CONFIG");

@@ -26,7 +26,14 @@ int json_int(const nlohmann::json& config, std::initializer_list<const char*> na
   for (const nlohmann::json* scope : {&config, config.contains("text_config") ? &config["text_config"] : nullptr}) {
     if (!scope) continue;
     for (const char* n : names) {
-      if (scope->contains(n) && (*scope)[n].is_number_integer()) return (*scope)[n].get<int>();
+      if (!scope->contains(n) || !(*scope)[n].is_number_integer()) continue;
+      // Read as int64 first: get<int>() would silently truncate 4294967552 to 256.
+      const int64_t v = (*scope)[n].get<int64_t>();
+      if (v < 0 || v > INT32_MAX) {
+        throw_error(CHORD_ERROR_INVALID_ARGUMENT, "model config {}: \"{}\" must be in [0, {}], got {}", path, n,
+                    INT32_MAX, v);
+      }
+      return static_cast<int>(v);
     }
   }
   std::string wanted;
@@ -35,7 +42,7 @@ int json_int(const nlohmann::json& config, std::initializer_list<const char*> na
 }
 
 // The warp-decode format of a config.json's quantization_config ("" when it has none of ours).
-std::string weight_format_of(const nlohmann::json& config) {
+std::string weight_format_of(const nlohmann::json& config, std::string_view path) {
   const nlohmann::json* q = nullptr;
   for (const nlohmann::json* scope : {&config, config.contains("text_config") ? &config["text_config"] : nullptr}) {
     if (scope && scope->contains("quantization_config") && (*scope)["quantization_config"].is_object()) {
@@ -48,14 +55,31 @@ std::string weight_format_of(const nlohmann::json& config) {
     for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     return v;
   };
-  for (const char* key : {"quant_method", "quant_algo"}) {
-    if (q->contains(key) && (*q)[key].is_string() && lower((*q)[key].get<std::string>()) == "mxfp8") return "mxfp8";
+  // A field of the wrong JSON type is an error naming it, not the JSON library's type_error.
+  auto field = [&](const nlohmann::json& obj, const char* where, const char* key, nlohmann::json::value_t type) {
+    if (!obj.is_object() || !obj.contains(key)) return nlohmann::json();
+    const nlohmann::json& v = obj[key];
+    const bool ok = type == nlohmann::json::value_t::number_integer ? v.is_number_integer() : v.type() == type;
+    if (!ok) {
+      throw_error(CHORD_ERROR_INVALID_ARGUMENT, "model config {}: {}.{} must be a {}, got {}", path, where, key,
+                  nlohmann::json(type).type_name(), v.dump());
+    }
+    return v;
+  };
+  using T = nlohmann::json::value_t;
+  const nlohmann::json method = field(*q, "quantization_config", "quant_method", T::string);
+  const nlohmann::json algo = field(*q, "quantization_config", "quant_algo", T::string);
+  for (const nlohmann::json* v : {&method, &algo}) {
+    if (v->is_string() && lower(v->get<std::string>()) == "mxfp8") return "mxfp8";
   }
-  if (q->value("quant_method", "") == "compressed-tensors" && q->contains("config_groups") &&
-      (*q)["config_groups"].is_object()) {
-    for (const auto& [name, group] : (*q)["config_groups"].items()) {
-      const auto w = group.value("weights", nlohmann::json::object());
-      if (w.value("num_bits", 0) == 4 && w.value("group_size", 0) == 32 && w.value("symmetric", false)) return "int4";
+  const nlohmann::json groups = field(*q, "quantization_config", "config_groups", T::object);
+  if (method.is_string() && method.get<std::string>() == "compressed-tensors" && groups.is_object()) {
+    for (const auto& [name, group] : groups.items()) {
+      const nlohmann::json w = field(group, "config_groups.<group>", "weights", T::object);
+      const nlohmann::json bits = field(w, "weights", "num_bits", T::number_integer);
+      const nlohmann::json size = field(w, "weights", "group_size", T::number_integer);
+      const nlohmann::json symmetric = field(w, "weights", "symmetric", T::boolean);
+      if (bits == 4 && size == 32 && symmetric == true) return "int4";
     }
   }
   return "";
@@ -63,10 +87,10 @@ std::string weight_format_of(const nlohmann::json& config) {
 
 // DSA sparse attention from a config.json (DeepSeek-V3.2's field names), when its MLA is the 512-dim
 // latent the sparse MLA kernels serve; none otherwise.
-std::optional<SparseAttentionShape> sparse_attention_of(const nlohmann::json& config) {
+std::optional<SparseAttentionShape> sparse_attention_of(const nlohmann::json& config, std::string_view path) {
   const nlohmann::json& c = config.contains("text_config") ? config["text_config"] : config;
   auto get = [&](const char* key, int fallback) {
-    return c.contains(key) && c[key].is_number_integer() ? c[key].get<int>() : fallback;
+    return c.contains(key) && c[key].is_number_integer() ? json_int(c, {key}, path) : fallback;
   };
   if (get("index_topk", 0) <= 0 || get("kv_lora_rank", 0) != 512 || get("num_attention_heads", 0) <= 0) {
     return std::nullopt;
@@ -121,8 +145,8 @@ MoeModelShape resolve_model(std::string_view preset_or_path) {
   m.moe_intermediate = json_int(config, {"moe_intermediate_size"}, path);
   m.num_experts = json_int(config, {"n_routed_experts", "num_experts", "num_local_experts"}, path);
   m.top_k = json_int(config, {"num_experts_per_tok", "moe_topk"}, path);
-  m.weight_format = weight_format_of(config);
-  m.attention = sparse_attention_of(config);
+  m.weight_format = weight_format_of(config, path);
+  m.attention = sparse_attention_of(config, path);
   if (m.hidden <= 0 || m.moe_intermediate <= 0 || m.num_experts <= 0 || m.top_k <= 0 || m.top_k > m.num_experts) {
     throw_error(CHORD_ERROR_INVALID_ARGUMENT,
                 "model config {}: implausible MoE shape (hidden {}, moe_intermediate {}, experts {}, top-k {})", path,
@@ -136,6 +160,7 @@ void PlanBuilder::add(const jit::Descriptor& d) {
 }
 
 std::vector<jit::Descriptor> plan_descriptors(const MoeModelShape& m, const Deployment& dep, const DeviceFacts& facts) {
+  require_supported(facts.arch);
   if (m.moe_intermediate > 0 && m.moe_intermediate % dep.tensor_parallel != 0) {
     throw_error(CHORD_ERROR_INVALID_ARGUMENT, "deployment {}: moe_intermediate {} is not divisible by TP {}", dep.name,
                 m.moe_intermediate, dep.tensor_parallel);

@@ -35,9 +35,6 @@ namespace {
 
 std::vector<std::string> candidate_libraries(std::vector<std::string>& dirs) {
   std::vector<std::string> names;
-  if (const char* explicit_path = std::getenv("CHORD_NVRTC_LIBRARY"); explicit_path && *explicit_path) {
-    names.emplace_back(explicit_path);
-  }
   // The normal library search first (LD_LIBRARY_PATH, ldconfig), newest ABI first.
   for (const char* soname : {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"}) names.emplace_back(soname);
   for (const char* var : {"CUDA_HOME", "CUDA_PATH", "CUDA_ROOT"}) {
@@ -67,7 +64,23 @@ Loaded load() {
   std::vector<std::string> dirs;
   std::string tried;
   void* lib = nullptr;
-  for (const auto& name : candidate_libraries(dirs)) {
+  // An explicit library is the one to use: never a silent fall-back to another NVRTC.
+  if (const char* path = std::getenv("CHORD_NVRTC_LIBRARY"); path && *path) {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(path, ec)) {
+      out.error = fmt::format("CHORD_NVRTC_LIBRARY={}: {}", path,
+                              std::filesystem::exists(path, ec) ? "not a regular file" : "no such file");
+      return out;
+    }
+    lib = ::dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+      const char* e = ::dlerror();
+      out.error = fmt::format("CHORD_NVRTC_LIBRARY={}: {}", path, e ? e : "not loadable");
+      return out;
+    }
+    out.path = path;
+  }
+  for (const auto& name : lib ? std::vector<std::string>{} : candidate_libraries(dirs)) {
     if (name.find('/') != std::string::npos && !std::filesystem::exists(name)) continue;
     lib = ::dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (lib) {

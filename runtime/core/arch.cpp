@@ -33,4 +33,14 @@ Arch Arch::for_compute_capability(int major, int minor) {
   return arch;
 }
 
+void require_supported(Arch arch) {
+  std::string names;
+  for (const Arch& a : kSupportedArches) {
+    if (a == arch) return;
+    names += (names.empty() ? "" : ", ") + a.name();
+  }
+  throw_error(CHORD_ERROR_INVALID_ARGUMENT, "arch {} is not supported: the kernels target {} (H100 / H200)",
+              arch.name(), names);
+}
+
 }  // namespace chordrt

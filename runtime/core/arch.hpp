@@ -18,4 +18,10 @@ struct Arch {
   friend bool operator==(const Arch&, const Arch&) = default;
 };
 
+// The archs every kernel family targets (wgmma, TMA, clusters: Hopper). Planning for another arch is
+// refused up front instead of failing every compile.
+inline constexpr Arch kSupportedArches[] = {{90, 'a'}};
+// Throws chordrt::Error(INVALID_ARGUMENT) naming the supported archs unless arch is one of them.
+void require_supported(Arch arch);
+
 }  // namespace chordrt

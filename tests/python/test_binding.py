@@ -291,18 +291,11 @@ def test_prewarm_rejects_incomplete_config(chord, tmp_path):
     assert str(cfg) in raises_invalid(chord.prewarm_model, cfg, "tp1")
 
 
-def test_prewarm_compile_failure_carries_the_summary(chord, needs_nvrtc):
-    # sm_70 is a valid arch name that NVRTC 13 no longer targets: every kernel fails to compile.
-    try:
-        s = chord.prewarm_model("kimi-k2", "tp8", "sm_70")
-    except chord.ChordError as e:
-        assert e.status is chord.Status.COMPILE_FAILED
-        assert e.summary is not None and e.summary["failed"] == e.summary["total"] > 0
-        assert e.summary["compiled"] == 0
-        assert str(e.summary["failed"]) in e.message
-    else:
-        assert s["failed"] == 0
-        pytest.skip("this NVRTC still compiles for sm_70: no compile failure to provoke")
+def test_prewarm_for_an_arch_the_kernels_do_not_target_is_refused(chord):
+    # Planning for sm_70 / sm_100a used to compile (and fail) every kernel; now refused before compiling.
+    for arch in ("sm_70", "sm_100a"):
+        msg = raises_invalid(chord.prewarm_model, "kimi-k2", "tp8", arch)
+        assert f"arch {arch} is not supported" in msg and "sm_90a" in msg
 
 
 # ---- runtime_info ---------------------------------------------------------------------------------

@@ -227,9 +227,32 @@ def test_prewarm_compile_failure_exits_1(tmp_path):
     (failure,) = s["failures"]
     assert "sm_70" in json.dumps(failure["descriptor"]) and failure["error"]
     assert len(disk_keys(cache)) == 1
-    # The same through --model: every kernel fails, exit 1.
-    s = prewarm(cache, "--arch", "sm_70", rc=1)
-    assert s["failed"] == s["total"] > 0 and len(s["failures"]) == s["total"]
+
+
+def test_prewarm_refuses_an_arch_the_kernels_do_not_target(tmp_path):
+    # --arch plans for a device: sm_70 / sm_100a are refused up front (exit 2), naming the supported arch.
+    for arch in ("sm_70", "sm_100a"):
+        p = chord_jit("prewarm", "--model", MODEL, "--deployment", DEPLOYMENT, "--arch", arch, cache=tmp_path / "c")
+        assert p.returncode == 2, p.stderr
+        assert f"arch {arch} is not supported" in p.stderr and "sm_90a" in p.stderr
+    assert disk_keys(tmp_path / "c") == []
+
+
+def test_prewarm_descriptors_must_be_a_file(tmp_path):
+    for path, why in ((tmp_path, "not a regular file"), (tmp_path / "missing.jsonl", "no such file")):
+        p = chord_jit("prewarm", "--descriptors", path, cache=tmp_path / "c")
+        assert p.returncode == 2 and why in p.stderr, p.stderr
+
+
+def test_bad_environment_values_are_named(tmp_path):
+    p = chord_jit("info", cache=tmp_path / "c", env={"CHORD_LOG_LEVEL": "loud", "CHORD_JIT_STRICT": "yes"})
+    assert p.returncode == 0, p.stderr
+    assert 'CHORD_LOG_LEVEL="loud" is not one of' in p.stderr
+    assert 'CHORD_JIT_STRICT="yes" is neither 0 nor 1' in p.stderr
+    # An explicit NVRTC that is not there is an error, never a silent fall-back to another one.
+    for bad, why in ((tmp_path / "nope.so", "no such file"), (tmp_path, "not a regular file")):
+        nv = jrun("info", cache=tmp_path / "c", env={"CHORD_NVRTC_LIBRARY": bad})["nvrtc"]
+        assert nv["available"] is False and f"CHORD_NVRTC_LIBRARY={bad}: {why}" in nv["message"], nv
 
 
 def test_prewarm_rejects_an_invalid_descriptor_file(tmp_path):
