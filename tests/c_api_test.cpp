@@ -282,6 +282,15 @@ TEST_CASE("moe_combine: null, misaligned and out-of-range arguments", "[capi]") 
     expect_each_value_invalid<CombineCall>(&CombineCall::hidden, "hidden", {0});
     expect_each_value_invalid<CombineCall>(&CombineCall::num_tokens, "num_tokens", {-1});
   }
+  SECTION("sizes whose bytes overflow 64 bits, found before any driver or device is needed") {
+    expect_each_invalid<CombineCall>({
+        {[](CombineCall& c) {
+           c.num_tokens = INT32_MAX;
+           c.hidden = INT32_MAX;
+         },
+         "larger than 2^63 bytes"},
+    });
+  }
   SECTION("the expert-parallel filter needs topk_ids and expert_map") {
     struct Filter {
       const int32_t* ids;

@@ -143,6 +143,7 @@ void silu_and_mul(const chord_silu_and_mul_args_t& a, CUstream stream) {
   constexpr const char* op = "silu_and_mul";
   require_range(a.rows, 0, INT64_MAX / 4, op, "rows");
   require_range(a.intermediate, 1, INT32_MAX, op, "intermediate");
+  require_addressable(op, "input [rows, 2 * intermediate] BF16", {a.rows, a.intermediate}, 4);
   if (a.rows == 0) return;  // nothing is read or written: empty tensors may have null pointers
   const RowwiseKey key = silu_and_mul_key(a.intermediate);
   // Vector accesses need the row starts aligned to the vector width.
@@ -160,6 +161,7 @@ void moe_combine(const chord_moe_combine_args_t& a, CUstream stream) {
   require_range(a.num_tokens, 0, INT32_MAX, op, "num_tokens");
   require_range(a.top_k, 1, chord::kMoeMaxTopK, op, "top_k");
   require_range(a.hidden, 1, INT32_MAX, op, "hidden");
+  require_addressable(op, "expert_rows [num_tokens * top_k, hidden] BF16", {a.num_tokens, a.top_k, a.hidden}, 2);
   if (a.num_tokens == 0) return;  // nothing is read or written: empty tensors may have null pointers
   const bool filtered = a.topk_ids || a.expert_map;
   const MoeCombineKey key = moe_combine_key(a.top_k, a.hidden, filtered);

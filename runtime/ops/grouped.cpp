@@ -64,6 +64,8 @@ const CUtensorMap& activation_map(const void* a, int64_t rows, int64_t k, int bo
 void run_gemm(const char* op, GroupedMode mode, const void* a, int64_t rows, int32_t rows_param, int64_t rows_hint,
               const chord_w4a16_weight_t& w, const int32_t* routing, void* out, CUstream stream) {
   const GroupedShape s{mode, w.n, w.k, w.num_experts};
+  check_override_syntax<GroupedConfig>(op, "CHORD_GROUPED_CONFIG", env_config().grouped_override,
+                                       heuristics::apply_grouped_override);
   const ContextState& ctx = JitRuntime::global().context_for(stream);
   const GroupedGemmKey key = grouped_gemm_key(s, rows_hint, ctx.facts, env_config().grouped_override, op);
   const LoadedKernel& kernel = GroupedGemmFamily::kernel(key, ctx, stream);
@@ -114,10 +116,10 @@ std::vector<GroupedGemmKey> GroupedGemmFamily::examples(const DeviceFacts& facts
 
 GroupedGemmKey grouped_gemm_key(const GroupedShape& s, int64_t rows_hint, const DeviceFacts& facts,
                                 std::string_view override_spec, const char* op) {
-  const GroupedConfig c = resolve_config(
-      op, "CHORD_GROUPED_CONFIG", std::string(override_spec), heuristics::select_grouped(s, rows_hint, facts),
-      [](const std::string& spec, GroupedConfig& cfg) { return heuristics::apply_grouped_override(spec, cfg); },
-      [&](const GroupedConfig& cfg) { return heuristics::grouped_config_error(s, cfg, facts); });
+  const GroupedConfig c =
+      resolve_config(op, "CHORD_GROUPED_CONFIG", std::string(override_spec),
+                     heuristics::select_grouped(s, rows_hint, facts), heuristics::apply_grouped_override,
+                     [&](const GroupedConfig& cfg) { return heuristics::grouped_config_error(s, cfg, facts); });
   return {
       static_cast<int>(s.mode), static_cast<int>(s.n), static_cast<int>(s.k), s.experts, c.block_m, c.slices, c.stages};
 }

@@ -123,6 +123,9 @@ void sparse_mla_decode(const chord_sparse_mla_decode_args_t& a, CUstream stream)
   require_pointer(a.out, kOp, "out", 16);
   require_pointer(a.lse, kOp, "lse", 4);
 
+  if (a.workspace) require_pointer(a.workspace, kOp, "workspace", 16);
+  check_override_syntax<SparseMlaConfig>(kOp, "CHORD_MLA_CONFIG", env_config().mla_override,
+                                         heuristics::apply_sparse_mla_override);
   const ContextState& ctx = JitRuntime::global().context_for(stream);
   const SparseMlaLaunch l = sparse_mla_launch(s, ctx.facts);
   const SparseMlaConfig& c = l.config;

@@ -125,30 +125,38 @@ WarpDecodeKeys warp_decode_keys_of(const WarpDecodeShape& s, const heuristics::W
            d.n_tiles, d.stage_groups, d.stages, map}};
 }
 
+namespace {
+
+using Configs = std::pair<heuristics::WarpDecodeGateUpConfig, heuristics::WarpDecodeDownConfig>;
+
+std::string apply_override(std::string_view spec, Configs& c) {
+  return heuristics::apply_warp_decode_override(spec, c.first, c.second);
+}
+
+}  // namespace
+
 WarpDecodeKeys warp_decode_keys(const WarpDecodeShape& s, int64_t tokens, const DeviceFacts& facts) {
-  using Configs = std::pair<heuristics::WarpDecodeGateUpConfig, heuristics::WarpDecodeDownConfig>;
-  const Configs chosen = resolve_config(
-      "warp_decode_moe", "CHORD_WARP_DECODE_CONFIG", env_config().warp_decode_override,
-      Configs{heuristics::select_warp_decode_gate_up(s, tokens, facts),
-              heuristics::select_warp_decode_down(s, tokens, facts)},
-      [](std::string_view spec, Configs& c) { return heuristics::apply_warp_decode_override(spec, c.first, c.second); },
-      [&](const Configs& c) -> std::string {
-        // The field ranges, then each kernel's own check: the same ones program() applies.
-        const WarpDecodeKeys k = warp_decode_keys_of(s, c.first, c.second);
-        try {
-          (void)WarpDecodeGateUpFamily::descriptor(facts.arch, k.gate_up);
-          (void)WarpDecodeDownFamily::descriptor(facts.arch, k.down);
-        } catch (const Error& e) {
-          return e.what();
-        }
-        if (std::string why = WarpDecodeGateUpFamily::error(k.gate_up); !why.empty()) {
-          return fmt::format("{}: {}", WarpDecodeGateUpFamily::kName, why);
-        }
-        if (std::string why = WarpDecodeDownFamily::error(k.down); !why.empty()) {
-          return fmt::format("{}: {}", WarpDecodeDownFamily::kName, why);
-        }
-        return "";
-      });
+  const Configs chosen =
+      resolve_config("warp_decode_moe", "CHORD_WARP_DECODE_CONFIG", env_config().warp_decode_override,
+                     Configs{heuristics::select_warp_decode_gate_up(s, tokens, facts),
+                             heuristics::select_warp_decode_down(s, tokens, facts)},
+                     apply_override, [&](const Configs& c) -> std::string {
+                       // The field ranges, then each kernel's own check: the same ones program() applies.
+                       const WarpDecodeKeys k = warp_decode_keys_of(s, c.first, c.second);
+                       try {
+                         (void)WarpDecodeGateUpFamily::descriptor(facts.arch, k.gate_up);
+                         (void)WarpDecodeDownFamily::descriptor(facts.arch, k.down);
+                       } catch (const Error& e) {
+                         return e.what();
+                       }
+                       if (std::string why = WarpDecodeGateUpFamily::error(k.gate_up); !why.empty()) {
+                         return fmt::format("{}: {}", WarpDecodeGateUpFamily::kName, why);
+                       }
+                       if (std::string why = WarpDecodeDownFamily::error(k.down); !why.empty()) {
+                         return fmt::format("{}: {}", WarpDecodeDownFamily::kName, why);
+                       }
+                       return "";
+                     });
   return warp_decode_keys_of(s, chosen.first, chosen.second);
 }
 
@@ -212,6 +220,7 @@ void warp_decode_moe(const chord_warp_decode_moe_args_t& a, CUstream stream) {
                           a.expert_map ? a.num_global_experts : a.num_experts,
                           a.top_k,
                           a.expert_map != nullptr};
+  check_override_syntax<Configs>(op, "CHORD_WARP_DECODE_CONFIG", env_config().warp_decode_override, apply_override);
   const ContextState& ctx = JitRuntime::global().context_for(stream);
   const WarpDecodeKeys keys = warp_decode_keys(s, a.num_tokens, ctx.facts);
   const LoadedKernel& gate_up = WarpDecodeGateUpFamily::kernel(keys.gate_up, ctx, stream);

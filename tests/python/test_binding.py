@@ -338,6 +338,41 @@ def test_unusable_cache_dir_is_memory_only(python_runner, tmp_path):
     assert r["cache_dir"] == str(blocker / "cache")
 
 
+VALIDATE_BEFORE_DEVICE = textwrap.dedent(
+    """
+    import json, chordrt
+    A = [0x10000 + i * 0x100000 for i in range(16)]
+    def status(fn, *args, **kw):
+        try:
+            fn(*args, **kw)
+            return ["SUCCESS", ""]
+        except chordrt.ChordError as e:
+            return [e.status.name, e.message]
+    mla = dict(q=A[0], cache=A[1], indices=A[2], softmax_scale=0.04, num_tokens=4, num_heads=16, topk=2048,
+               num_slots=4096, out=A[3], lse=A[4])
+    out = {
+        "mla": status(chordrt.sparse_mla_decode, **mla),
+        "mla_workspace": status(chordrt.sparse_mla_decode, **mla, workspace=A[5] + 8, workspace_bytes=1 << 20),
+        "warp_decode": status(chordrt.warp_decode_moe, *A[6:13], weight_format=0, num_tokens=4, hidden=2048,
+                              intermediate=768, num_experts=128, top_k=8, workspace=A[13],
+                              workspace_bytes=4 * 8 * 768 * 2, output=A[14]),
+    }
+    print(json.dumps(out))
+    """
+)
+
+
+def test_device_independent_checks_come_before_the_driver(python_runner):
+    # Garbage overrides and a misaligned workspace are INVALID_ARGUMENT with or without a driver (they were
+    # NO_DRIVER on compile-only machines); every address here is fake, so nothing may launch.
+    r = python_runner(VALIDATE_BEFORE_DEVICE, CHORD_MLA_CONFIG="splitz=4", CHORD_WARP_DECODE_CONFIG="k_split=x").result
+    assert r["mla"][0] == "INVALID_ARGUMENT" and 'CHORD_MLA_CONFIG="splitz=4"' in r["mla"][1], r
+    assert r["warp_decode"][0] == "INVALID_ARGUMENT" and "CHORD_WARP_DECODE_CONFIG" in r["warp_decode"][1], r
+    r = python_runner(VALIDATE_BEFORE_DEVICE).result
+    assert r["mla_workspace"] == ["INVALID_ARGUMENT", "sparse_mla_decode: workspace must be 16-byte aligned, got "
+                                  "address " + hex(0x10000 + 5 * 0x100000 + 8)], r
+
+
 # ---- prewarm (in child processes: the runtime reads CHORD_CACHE_DIR once per process) -------------
 
 PREWARM = textwrap.dedent(
