@@ -90,6 +90,37 @@ void JitRuntime::record_miss(const jit::Descriptor& d, const char* reason) {
   if (fd >= 0) ::close(fd);
 }
 
+namespace {
+
+std::string launch_mismatch(const jit::CacheEntryMeta& m, const KernelProgram& program) {
+  if (m.threads != program.threads || m.dynamic_smem != program.dynamic_smem || m.cluster != program.cluster) {
+    return fmt::format(
+        "launch metadata (threads {}, dynamic smem {}, cluster {}x{}x{}) differs from the program's "
+        "({}, {}, {}x{}x{})",
+        m.threads, m.dynamic_smem, m.cluster[0], m.cluster[1], m.cluster[2], program.threads, program.dynamic_smem,
+        program.cluster[0], program.cluster[1], program.cluster[2]);
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string JitRuntime::entry_mismatch(const std::string& key, const jit::CacheEntryMeta& meta) const {
+  jit::Descriptor d;
+  KernelProgram program;
+  try {
+    d = descriptor_from_json(meta.descriptor);
+    program = family_of(d).program(d);
+  } catch (const std::exception& e) {
+    return fmt::format("its descriptor is not one of this build's kernels ({})", e.what());
+  }
+  if (std::string why = launch_mismatch(meta, program); !why.empty()) return why;
+  // The key covers NVRTC's version: without NVRTC the re-hash cannot be checked (and is not a fault).
+  if (!Nvrtc::try_get()) return "";
+  if (const std::string k = key_of(d, program); k != key) return fmt::format("its descriptor hashes to key {}", k);
+  return "";
+}
+
 std::shared_ptr<const jit::CacheEntry> JitRuntime::image(const jit::Descriptor& d, bool runtime_miss,
                                                          EnsureResult* result) {
   const KernelProgram program = family_of(d).program(d);
@@ -112,8 +143,7 @@ std::shared_ptr<const jit::CacheEntry> JitRuntime::image(const jit::Descriptor& 
   // An entry must describe this descriptor and launch as its program says (the checksum covers only the
   // cubin): anything else is treated as corrupt and rebuilt.
   auto matches = [&](const jit::CacheEntryMeta& m) {
-    return m.descriptor == descriptor_to_json(d) && m.threads == program.threads &&
-           m.dynamic_smem == program.dynamic_smem && m.cluster == program.cluster;
+    return m.descriptor == descriptor_to_json(d) && launch_mismatch(m, program).empty();
   };
   auto load = [&] {
     auto r = disk_.load(key);

@@ -74,6 +74,10 @@ class JitRuntime {
 
   // The cache key of a descriptor (needs NVRTC: the key covers its version).
   std::string key_of(const jit::Descriptor& d) const;
+  // "" when a stored entry's metadata is what this build would write for `key`: its descriptor parses,
+  // re-hashes to `key` and its launch metadata (threads, dynamic smem, cluster) is its program's; else
+  // what differs. The checksum covers the cubin only, so load and `chord-jit verify` both apply this.
+  std::string entry_mismatch(const std::string& key, const jit::CacheEntryMeta& meta) const;
 
   // Makes sure the cubin exists in memory and on disk, compiling it if needed. Needs no driver.
   EnsureResult ensure_compiled(const jit::Descriptor& d);

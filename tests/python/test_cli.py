@@ -466,6 +466,28 @@ def test_verify_repair_removes_an_entry_without_a_usable_descriptor(warm):
     assert key in disk_keys(cache)
 
 
+def test_verify_ties_metadata_to_the_key(warm):
+    # The checksum covers the cubin only: edited launch metadata, or entry A's files under key B, used to
+    # verify ok. Both are now corrupt; the repair rebuilds the edited one and removes the impostor.
+    cache, n = warm
+    a, b, c = disk_keys(cache)[:3]
+    meta = json.loads(entry_file(cache, a, "json").read_text())
+    meta["threads"] += 32
+    entry_file(cache, a, "json").write_text(json.dumps(meta))
+    impostor = json.loads(entry_file(cache, c, "json").read_text())
+    impostor["key"] = b
+    entry_file(cache, b, "json").write_text(json.dumps(impostor))
+    entry_file(cache, b, "cubin").write_bytes(entry_file(cache, c, "cubin").read_bytes())
+    bad = jrun("verify", cache=cache, rc=1)
+    problems = {p["key"]: p["problem"] for p in bad["problems"]}
+    assert bad["corrupt"] == 2 and set(problems) == {a, b}, bad
+    assert "launch metadata" in problems[a] and f"hashes to key {c}" in problems[b], problems
+    fixed = jrun("verify", "--repair", cache=cache)
+    assert {p["key"]: p["repair"] for p in fixed["problems"]} == {a: "rebuilt", b: "removed"}
+    again = jrun("verify", cache=cache)
+    assert again["corrupt"] == 0 and again["ok"] == n - 1
+
+
 def test_verify_cannot_repair_a_read_only_layer(warm, tmp_path):
     layer, n = warm
     key = disk_keys(layer)[0]
