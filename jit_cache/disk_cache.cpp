@@ -68,8 +68,7 @@ nlohmann::json CacheEntryMeta::to_json() const {
           {"dynamic_smem", dynamic_smem}, {"cluster", cluster},
           {"cubin_size", cubin_size},     {"cubin_checksum", cubin_checksum},
           {"compile_ms", compile_ms},     {"nvrtc_version", nvrtc_version},
-          {"created_unix", created_unix},
-          {"compile_log", compile_log}};
+          {"created_unix", created_unix}, {"compile_log", compile_log}};
 }
 
 CacheEntryMeta CacheEntryMeta::from_json(const nlohmann::json& j) {
@@ -182,6 +181,12 @@ bool DiskCache::store(const CacheEntry& entry) {
 }
 
 void DiskCache::account_store(uint64_t added, uint64_t replaced) {
+  if (added > options_.max_bytes && !warned_cap_.exchange(true)) {
+    logger().warn(
+        "kernel cache {}: the size cap ({} bytes, CHORD_CACHE_MAX_SIZE) is smaller than one entry ({} bytes): every "
+        "compiled kernel is evicted right after it is stored",
+        options_.primary.string(), options_.max_bytes, added);
+  }
   std::lock_guard lock(size_mutex_);
   if (primary_bytes_) {
     const uint64_t bytes = *primary_bytes_ + added;

@@ -95,6 +95,7 @@ class DiskCache {
   Options options_;
   std::atomic<bool> memory_only_{false};
   std::atomic<bool> warned_{false};
+  std::atomic<bool> warned_cap_{false};
 
   // The primary's bytes, counted incrementally so that a store under the cap walks nothing: one walk
   // initializes it (first store under a cap); this instance's stores add, its removals subtract. Other

@@ -4,6 +4,7 @@
 #include "jit_cache/disk_cache.hpp"
 
 #include <fcntl.h>
+#include <spdlog/sinks/ringbuffer_sink.h>
 #include <stdlib.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -20,6 +21,7 @@
 #include "jit_cache/cache_key.hpp"
 #include "jit_cache/cache_layout.hpp"
 #include "jit_cache/cache_maintenance.hpp"
+#include "runtime/core/logging.hpp"
 #include "tests/test_support.hpp"
 
 namespace fs = std::filesystem;
@@ -482,6 +484,21 @@ TEST_CASE("max_bytes is enforced at store", "[cache]") {
   CHECK(cache.load(es[0].meta.key).status == Status::kMiss);
   CHECK(cache.load(es[1].meta.key).status == Status::kHit);
   CHECK(cache.load(es[2].meta.key).status == Status::kHit);
+}
+
+TEST_CASE("a size cap below one entry is reported once", "[cache]") {
+  TempDir t("cache-test");
+  auto sink = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(16);
+  chordrt::logger().sinks().push_back(sink);
+  DiskCache cache(opts(t.path() / "c", {}, 100));  // entries are ~1.5 KB
+  for (int i = 0; i < 3; ++i) REQUIRE(cache.store(make_entry("tiny-cap-" + std::to_string(i))));
+  chordrt::logger().sinks().pop_back();
+  int warnings = 0;
+  for (const std::string& line : sink->last_formatted()) {
+    warnings += line.find("size cap (100 bytes, CHORD_CACHE_MAX_SIZE) is smaller than one entry") != std::string::npos;
+  }
+  CHECK(warnings == 1);
+  CHECK(maint(cache).list().empty());  // what the warning says: each store was evicted
 }
 
 TEST_CASE("list reports every layer's entries, verified", "[cache]") {
