@@ -7,8 +7,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <stdexcept>
+#include <thread>
 
 #include "jit_cache/cache_layout.hpp"
 #include "runtime/core/error.hpp"
@@ -211,13 +213,29 @@ DiskCache::KeyLock DiskCache::lock_key(const std::string& key) {
     degrade(fmt::format("cannot create lock {}: {}", path.string(), std::strerror(errno)));
     return KeyLock();
   }
-  while (::flock(fd, LOCK_EX) != 0) {
-    if (errno != EINTR) {
-      ::close(fd);
-      return KeyLock();
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  bool said = false;
+  for (auto pause = std::chrono::milliseconds(1);; pause = std::min(pause * 2, std::chrono::milliseconds(50))) {
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) return KeyLock(fd);
+    if (errno != EWOULDBLOCK && errno != EINTR) break;
+    const double waited = std::chrono::duration<double>(Clock::now() - start).count();
+    if (waited >= options_.lock_timeout_s) {
+      logger().warn(
+          "kernel cache: gave up after {:.0f} s waiting for another process's compile of {} ({}); "
+          "compiling here",
+          waited, key, path.string());
+      break;
     }
+    if (!said && waited >= 1.0) {
+      logger().info("kernel cache: waiting for another process compiling {} (lock {}, at most {:.0f} s)", key,
+                    path.string(), options_.lock_timeout_s);
+      said = true;
+    }
+    std::this_thread::sleep_for(pause);
   }
-  return KeyLock(fd);
+  ::close(fd);
+  return KeyLock();
 }
 
 uint64_t parse_size(const std::string& text) {

@@ -47,6 +47,9 @@ class DiskCache {
     std::filesystem::path primary;
     std::vector<std::filesystem::path> read_only_layers;
     uint64_t max_bytes = 0;  // 0 = no cap
+    // How long lock_key waits for another process's compile of the same key before compiling anyway
+    // (a stopped or hung process must not block every other one forever).
+    double lock_timeout_s = 120;
   };
 
   enum class LoadStatus { kHit, kMiss, kCorrupt };
@@ -57,7 +60,9 @@ class DiskCache {
     std::string problem;  // why an entry was rejected
   };
 
-  // Per-key exclusive lock across processes and threads (flock). A no-op in memory-only mode.
+  // Per-key exclusive lock across processes and threads (flock). A no-op in memory-only mode. Waits at most
+  // lock_timeout_s (logging once when it starts waiting), then returns an unheld lock: the caller compiles
+  // itself, and the atomic stores keep the entry whole whoever writes last.
   class KeyLock {
    public:
     KeyLock() = default;
@@ -65,6 +70,7 @@ class DiskCache {
     KeyLock(KeyLock&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
     KeyLock& operator=(KeyLock&&) = delete;
     ~KeyLock();
+    bool held() const { return fd_ >= 0; }
 
    private:
     int fd_ = -1;

@@ -43,6 +43,16 @@ EnvConfig EnvConfig::from_environment() {
       logger().warn("ignoring CHORD_CACHE_MAX_SIZE: {}", e.what());
     }
   }
+  if (const std::string t = env("CHORD_CACHE_LOCK_TIMEOUT"); !t.empty()) {
+    char* end = nullptr;
+    const double s = std::strtod(t.c_str(), &end);
+    if (end && *end == '\0' && s >= 0 && s <= 86400) {
+      c.cache_lock_timeout_s = s;
+    } else {
+      logger().warn("CHORD_CACHE_LOCK_TIMEOUT=\"{}\" is not a number of seconds in [0, 86400]; using {}", t,
+                    c.cache_lock_timeout_s);
+    }
+  }
   if (const std::string strict = env("CHORD_JIT_STRICT"); strict == "1") {
     c.strict = true;
   } else if (!strict.empty() && strict != "0") {

@@ -2,6 +2,8 @@
 //   CHORD_CACHE_DIR       primary cache directory (default $XDG_CACHE_HOME/chordrt or ~/.cache/chordrt)
 //   CHORD_CACHE_PATH      extra read-only cache layers, ':'-separated, searched after the primary
 //   CHORD_CACHE_MAX_SIZE  size cap of the primary directory (e.g. 2G); least recently used go first
+//   CHORD_CACHE_LOCK_TIMEOUT  seconds to wait for another process compiling the same kernel (default
+//                         120), then compile anyway
 //   CHORD_JIT_STRICT=1    a kernel found in no cache layer at run time is an error, not a compile
 //   CHORD_RECORD_MISSES   file to which every run-time miss is appended as a JSON line
 //   CHORD_LOG_LEVEL       trace, debug, info, warn (default), error, off (read by runtime/logging.cpp)
@@ -24,6 +26,7 @@ struct EnvConfig {
   std::filesystem::path cache_dir;
   std::vector<std::filesystem::path> cache_layers;
   uint64_t cache_max_bytes = 0;
+  double cache_lock_timeout_s = 120;
   bool strict = false;
   std::string record_misses;
   std::string warp_decode_override;

@@ -35,6 +35,7 @@ JitOptions JitOptions::from_environment() {
   o.cache.primary = env.cache_dir;
   o.cache.read_only_layers = env.cache_layers;
   o.cache.max_bytes = env.cache_max_bytes;
+  o.cache.lock_timeout_s = env.cache_lock_timeout_s;
   o.strict = env.strict;
   o.record_misses = env.record_misses;
   return o;

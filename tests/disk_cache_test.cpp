@@ -13,6 +13,7 @@
 
 #include <catch2/catch.hpp>
 #include <cerrno>
+#include <chrono>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -602,6 +603,32 @@ TEST_CASE("the key lock excludes other processes", "[cache]") {
     CHECK(child_try_lock() == 1);
   }
   CHECK(child_try_lock() == 0);
+}
+
+TEST_CASE("the key lock gives up on a holder that never lets go", "[cache]") {
+  // A stopped (SIGSTOP) or hung compiling process holds the lock: the wait is bounded, then the caller
+  // compiles itself instead of blocking forever.
+  TempDir t("cache-test");
+  const fs::path root = t.path() / "c";
+  DiskCache::Options o = opts(root);
+  o.lock_timeout_s = 0.3;
+  DiskCache cache(o);
+  const std::string key = make_entry("stuck").meta.key;
+  {
+    auto first = cache.lock_key(key);  // creates the lock file
+    REQUIRE(first.held());
+  }
+  const int holder = ::open((root / "locks" / (key + ".lock")).c_str(), O_RDWR | O_CLOEXEC);
+  REQUIRE(holder >= 0);
+  REQUIRE(::flock(holder, LOCK_EX | LOCK_NB) == 0);  // another open file description: a conflicting holder
+  const auto start = std::chrono::steady_clock::now();
+  auto lock = cache.lock_key(key);
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CHECK_FALSE(lock.held());
+  CHECK(waited >= 0.3);
+  CHECK(waited < 5.0);
+  ::close(holder);
+  CHECK(cache.lock_key(key).held());  // free again: taken at once
 }
 
 TEST_CASE("parse_size", "[cache]") {
