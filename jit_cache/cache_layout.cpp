@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 #include <stdexcept>
 
 #include "jit_cache/cache_key.hpp"
@@ -149,8 +150,31 @@ uint64_t remove_entry(const fs::path& root, const std::string& key) {
   return bytes;
 }
 
+std::vector<Orphan> orphans_in(const fs::path& root) {
+  std::vector<Orphan> out;
+  std::error_code ec;
+  const int64_t cutoff = static_cast<int64_t>(::time(nullptr)) - kOrphanGraceSeconds;
+  for (auto it = fs::recursive_directory_iterator(root / "entries", ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    std::error_code fec;
+    if (!it->is_regular_file(fec)) continue;
+    const fs::path& p = it->path();
+    const std::string name = p.filename().string();
+    const bool temp = name.find(".tmp.") != std::string::npos;
+    const bool lone_cubin = p.extension() == ".cubin" && is_entry_key(p.stem().string()) &&
+                            !fs::exists(fs::path(p).replace_extension(".json"), fec);
+    if ((temp || lone_cubin) && mtime_unix(p) < cutoff) out.push_back({p, size_or_zero(p)});
+  }
+  return out;
+}
+
 PruneResult evict_lru(const fs::path& root, uint64_t max_bytes) {
   PruneResult r;
+  for (const Orphan& o : orphans_in(root)) {
+    std::error_code ec;
+    if (fs::remove(o.path, ec)) ++r.orphans_removed;
+    r.bytes_before += o.bytes;
+  }
   struct Item {
     std::string key;
     uint64_t bytes;

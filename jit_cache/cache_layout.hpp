@@ -20,6 +20,7 @@ namespace chordrt::jit {
 struct PruneResult {
   int removed = 0;
   uint64_t bytes_before = 0, bytes_after = 0;
+  int orphans_removed = 0;  // leftovers of interrupted stores (counted in bytes_before)
 };
 
 namespace layout {
@@ -61,7 +62,17 @@ std::optional<CacheEntry> read_entry(const std::filesystem::path& root, const st
 // Removes both files of an entry; returns the bytes they held.
 uint64_t remove_entry(const std::filesystem::path& root, const std::string& key);
 
-// Walks root once and removes least-recently-used entries (key order breaks ties) until at most
+// Leftovers of stores interrupted by a kill (temp files, a cubin whose metadata was never written) older
+// than kOrphanGraceSeconds: younger ones may belong to a store in progress.
+inline constexpr int64_t kOrphanGraceSeconds = 600;
+struct Orphan {
+  std::filesystem::path path;
+  uint64_t bytes;
+};
+std::vector<Orphan> orphans_in(const std::filesystem::path& root);
+
+// Removes the orphans first (they count against the cap too), then walks root once and removes
+// least-recently-used entries (key order breaks ties) until at most
 // max_bytes remain.
 PruneResult evict_lru(const std::filesystem::path& root, uint64_t max_bytes);
 

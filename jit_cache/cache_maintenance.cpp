@@ -41,6 +41,15 @@ PruneResult CacheMaintenance::prune(uint64_t max_bytes) { return layout::evict_l
 
 void CacheMaintenance::remove(const std::string& key) { layout::remove_entry(dirs_.primary, key); }
 
+std::vector<layout::Orphan> CacheMaintenance::orphans() const { return layout::orphans_in(dirs_.primary); }
+
+void CacheMaintenance::remove_orphans() {
+  for (const auto& o : orphans()) {
+    std::error_code ec;
+    fs::remove(o.path, ec);
+  }
+}
+
 int CacheMaintenance::clear() {
   const auto keys = layout::keys_in(dirs_.primary);
   std::error_code ec;

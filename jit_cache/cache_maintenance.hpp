@@ -32,8 +32,12 @@ class CacheMaintenance {
 
   // Every entry of the primary, then of each read-only layer, verified; changes nothing.
   std::vector<EntryInfo> list() const;
-  // Removes the primary's least-recently-used entries until it holds at most max_bytes.
+  // Removes the primary's orphans (layout::orphans_in), then its least-recently-used entries until it
+  // holds at most max_bytes.
   PruneResult prune(uint64_t max_bytes);
+  // The primary's orphans: what verify reports and --repair removes.
+  std::vector<layout::Orphan> orphans() const;
+  void remove_orphans();
   // Removes one primary entry (both files).
   void remove(const std::string& key);
   // Removes every primary entry, lock and temp file; returns the number of entries removed.

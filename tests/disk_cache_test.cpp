@@ -631,6 +631,34 @@ TEST_CASE("the key lock gives up on a holder that never lets go", "[cache]") {
   CHECK(cache.lock_key(key).held());  // free again: taken at once
 }
 
+TEST_CASE("leftovers of interrupted stores are found and removed after a grace period", "[cache]") {
+  TempDir t("cache-test");
+  const fs::path root = t.path() / "c";
+  DiskCache cache(opts(root));
+  const CacheEntry kept = make_entry("kept-entry");
+  const CacheEntry lone = make_entry("lone-cubin");
+  REQUIRE(cache.store(kept));
+  REQUIRE(cache.store(lone));
+  fs::remove(entry_file(root, lone.meta.key, ".json"));  // killed between the cubin and the metadata
+  const fs::path old_tmp = entry_file(root, kept.meta.key, ".json.tmp.4242.1");
+  const fs::path young_tmp = entry_file(root, kept.meta.key, ".cubin.tmp.4243.1");
+  spit(old_tmp, "partial");
+  spit(young_tmp, "in progress");  // another process's store, still being written
+  const int64_t old = ::time(nullptr) - chordrt::jit::layout::kOrphanGraceSeconds - 60;
+  set_mtime(old_tmp, old);
+  set_mtime(entry_file(root, lone.meta.key, ".cubin"), old);
+  const auto orphans = maint(cache).orphans();
+  REQUIRE(orphans.size() == 2);
+  const auto r = maint(cache).prune(1ull << 40);
+  CHECK(r.orphans_removed == 2);
+  CHECK(r.removed == 0);
+  CHECK_FALSE(fs::exists(old_tmp));
+  CHECK_FALSE(fs::exists(entry_file(root, lone.meta.key, ".cubin")));
+  CHECK(fs::exists(young_tmp));
+  CHECK(cache.load(kept.meta.key).status == Status::kHit);
+  CHECK(maint(cache).orphans().empty());
+}
+
 TEST_CASE("parse_size", "[cache]") {
   using chordrt::jit::parse_size;
   CHECK(parse_size("100") == 100);

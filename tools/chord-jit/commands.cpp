@@ -219,6 +219,20 @@ int run_verify(bool repair, bool as_json) {
     }
     problems.push_back(p);
   }
+  // Leftovers of interrupted stores (never entries, but they take space): reported, removed by --repair.
+  const auto orphans = cache.orphans();
+  for (const auto& o : orphans) {
+    json p = {{"key", o.path.filename().string()},
+              {"layer", rt.disk().options().primary.string()},
+              {"problem", fmt::format("orphaned file of an interrupted store ({} bytes)", o.bytes)}};
+    if (repair) p["repair"] = "removed";
+    problems.push_back(p);
+  }
+  corrupt += static_cast<int>(orphans.size());
+  if (repair) {
+    cache.remove_orphans();
+    repaired += static_cast<int>(orphans.size());
+  }
   if (as_json) {
     print_json({{"ok", ok}, {"corrupt", corrupt}, {"repaired", repaired}, {"problems", problems}});
   } else {
@@ -236,9 +250,13 @@ int run_prune(const std::string& max_size, bool as_json) {
   const uint64_t cap = jit::parse_size(max_size);
   const auto r = maintenance().prune(cap);
   if (as_json) {
-    print_json({{"removed", r.removed}, {"bytes_before", r.bytes_before}, {"bytes_after", r.bytes_after}});
+    print_json({{"removed", r.removed},
+                {"orphans_removed", r.orphans_removed},
+                {"bytes_before", r.bytes_before},
+                {"bytes_after", r.bytes_after}});
   } else {
-    fmt::print("removed {} entries: {} -> {}\n", r.removed, human_bytes(r.bytes_before), human_bytes(r.bytes_after));
+    fmt::print("removed {} entries and {} orphaned files: {} -> {}\n", r.removed, r.orphans_removed,
+               human_bytes(r.bytes_before), human_bytes(r.bytes_after));
   }
   return 0;
 }
