@@ -55,10 +55,15 @@ int64_t dsa_logits_chunks(int32_t max_context, const DsaLogitsConfig& c) {
   return ceil_div(std::max(max_context, 0), c.keys_per_cta);
 }
 
-std::string dsa_logits_config_error(int heads, int page_size, const DsaLogitsConfig& c, const DeviceFacts& facts) {
+std::string dsa_heads_error(int heads, std::string_view name) {
   if (heads < 8 || heads > chord::dsa_indexer::kMaxHeads || heads % 8 != 0) {
-    return fmt::format("heads must be a multiple of 8 in [8, {}], got {}", chord::dsa_indexer::kMaxHeads, heads);
+    return fmt::format("{} must be a multiple of 8 in [8, {}], got {}", name, chord::dsa_indexer::kMaxHeads, heads);
   }
+  return "";
+}
+
+std::string dsa_logits_config_error(int heads, int page_size, const DsaLogitsConfig& c, const DeviceFacts& facts) {
+  if (std::string why = dsa_heads_error(heads, "heads"); !why.empty()) return why;
   if (page_size < 1 || page_size > chord::dsa_indexer::kMaxPageSize) {
     return fmt::format("page_size must be in [1, {}], got {}", chord::dsa_indexer::kMaxPageSize, page_size);
   }

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "kernels_src/dsa_indexer/params.cuh"
 #include "runtime/core/device_facts.hpp"
@@ -42,6 +43,9 @@ int dsa_logits_ctas_per_sm(const DsaLogitsConfig& c);
 int dsa_logits_dynamic_smem(int page_size, const DsaLogitsConfig& c);
 // Position ranges per query row: ceil(max_context / keys_per_cta).
 int64_t dsa_logits_chunks(int32_t max_context, const DsaLogitsConfig& c);
+// The heads rule of the logits kernel (a multiple of 8 up to 128), naming the value `name`; "" when met.
+// Shared by the op's argument check and dsa_logits_config_error.
+std::string dsa_heads_error(int heads, std::string_view name);
 // Why (heads, page_size, c) is not a kernel the template accepts ("" when it is).
 std::string dsa_logits_config_error(int heads, int page_size, const DsaLogitsConfig& c, const DeviceFacts& facts = {});
 

@@ -120,9 +120,8 @@ void indexer_cache_write(const chord_indexer_cache_write_args_t& a, CUstream str
 
 void dsa_indexer_logits(const chord_dsa_indexer_args_t& a, CUstream stream) {
   constexpr const char* op = "dsa_indexer_logits";
-  require_range(a.num_heads, 8, di::kMaxHeads, op, "num_heads");
-  if (a.num_heads % 8 != 0) {
-    throw_error(CHORD_ERROR_INVALID_ARGUMENT, "{}: num_heads must be a multiple of 8, got {}", op, a.num_heads);
+  if (const std::string why = heuristics::dsa_heads_error(a.num_heads, "num_heads"); !why.empty()) {
+    throw_error(CHORD_ERROR_INVALID_ARGUMENT, "{}: {}", op, why);
   }
   require_range(a.num_tokens, 0, INT32_MAX, op, "num_tokens");
   require_page_size(a.page_size, op);

@@ -29,12 +29,6 @@ SparseMlaDecodeKey decode_key(const SparseMlaShape& s, const SparseMlaConfig& c)
   return {s.format, s.rope_dims, s.num_heads, c.head_group, c.warps, c.stages};
 }
 
-void require_shape(const SparseMlaShape& s) {
-  if (const std::string why = heuristics::sparse_mla_shape_error(s); !why.empty()) {
-    throw_error(CHORD_ERROR_INVALID_ARGUMENT, "{}: {}", kOp, why);
-  }
-}
-
 }  // namespace
 
 KernelProgram SparseMlaDecodeFamily::program(const K& k) {
@@ -95,7 +89,9 @@ namespace {
 
 SparseMlaShape checked_shape(const chord_sparse_mla_decode_args_t& a) {
   const SparseMlaShape s{a.format, a.rope_dims, a.num_heads, a.topk, a.num_tokens};
-  require_shape(s);
+  if (const std::string why = heuristics::sparse_mla_shape_error(s); !why.empty()) {
+    throw_error(CHORD_ERROR_INVALID_ARGUMENT, "{}: {}", kOp, why);
+  }
   return s;
 }
 

@@ -190,7 +190,8 @@ int run_verify(bool repair, bool as_json) {
   jit::CacheMaintenance cache = maintenance();
   int ok = 0, corrupt = 0, repaired = 0;
   json problems = json::array();
-  for (auto e : cache.list()) {
+  auto entries = cache.list();
+  for (auto& e : entries) {
     if (e.problem.empty() && e.meta) e.problem = rt.entry_mismatch(e.key, *e.meta);
     if (e.problem.empty()) {
       ++ok;
