@@ -13,6 +13,7 @@
 #include <stdexcept>
 
 #include "jit_cache/cache_key.hpp"
+#include "runtime/core/json.hpp"
 
 namespace fs = std::filesystem;
 
@@ -71,11 +72,7 @@ ReadResult read_file(const fs::path& path, std::string& out, uint64_t max_bytes,
 }
 
 CacheEntryMeta parse_meta(const std::string& text) {
-  const auto depth_limit = [](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
-    if (depth > kMaxMetaDepth) throw std::runtime_error(fmt::format("nested more than {} levels", kMaxMetaDepth));
-    return true;
-  };
-  return CacheEntryMeta::from_json(nlohmann::json::parse(text, depth_limit));
+  return CacheEntryMeta::from_json(parse_json_bounded(text, kMaxMetaDepth));
 }
 
 int64_t mtime_unix(const fs::path& p) {

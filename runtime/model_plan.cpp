@@ -7,10 +7,14 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/core/error.hpp"
+#include "runtime/core/json.hpp"
 
 namespace chordrt {
 
 namespace {
+
+// Hugging Face configs nest a few levels (quantization_config.config_groups.group_0.weights).
+constexpr int kMaxConfigDepth = 64;
 
 const MoeModelShape kPresets[] = {
     {"kimi-k2", 7168, 2048, 384, 8, "int4", std::nullopt},
@@ -135,7 +139,7 @@ MoeModelShape resolve_model(std::string_view preset_or_path) {
   }
   nlohmann::json config;
   try {
-    config = nlohmann::json::parse(in);
+    config = parse_json_bounded(in, kMaxConfigDepth);
   } catch (const std::exception& e) {
     throw_error(CHORD_ERROR_INVALID_ARGUMENT, "model config {}: not valid JSON ({})", path, e.what());
   }

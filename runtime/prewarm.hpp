@@ -3,6 +3,7 @@
 
 #include <span>
 #include <string>
+#include <vector>
 
 #include "jit_cache/descriptor.hpp"
 #include "runtime/jit_runtime.hpp"
@@ -25,5 +26,11 @@ struct PrewarmSummary {
 // Never throws: failures are reported in the item.
 PrewarmItem prewarm_one(JitRuntime& runtime, const jit::Descriptor& d);
 PrewarmSummary summarize(std::span<const PrewarmItem> items);
+
+// The descriptors of a JSON-lines file: one descriptor per line, or a miss recorded by
+// CHORD_RECORD_MISSES ({"descriptor": ..., "reason": ...}); blank lines skipped. Distinct descriptors in
+// order of first appearance (de-duplicated through a hash set: linear in the lines). Throws
+// INVALID_ARGUMENT naming the line for anything else, and for a path that is not a regular file.
+std::vector<jit::Descriptor> read_descriptor_lines(const std::string& path);
 
 }  // namespace chordrt

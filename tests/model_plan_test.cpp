@@ -140,6 +140,9 @@ TEST_CASE("bad model configs are INVALID_ARGUMENT naming the problem", "[plan]")
   };
   const std::string full = R"("hidden_size": 2048, "moe_intermediate_size": 768, "num_experts_per_tok": 8)";
   rejected(write_file(t, "no-experts.json", "{" + full + "}"), {"n_routed_experts", "num_experts", "no-experts.json"});
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  rejected(write_file(t, "deep.json", "{" + full + R"(, "n_routed_experts": 64, "text_config": )" + deep + "}"),
+           {"deep.json", "nested more than 64 levels"});
   rejected(write_file(t, "no-inter.json", R"({"hidden_size": 2048, "n_routed_experts": 64, "num_experts_per_tok": 8})"),
            {"moe_intermediate_size", "no-inter.json"});
   rejected(write_file(t, "no-hidden.json",

@@ -1,4 +1,5 @@
 // The C ABI: status strings, version, runtime info, prewarm.
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -16,7 +17,12 @@ using chordrt::c_api::write_out;
 extern "C" {
 
 CHORD_API const char* chord_status_string(chord_status_t status) {
-  switch (status) {
+  // A C caller may pass any int: read the value's bytes, since loading an out-of-range enum is undefined
+  // in C++.
+  static_assert(sizeof(chord_status_t) == sizeof(int));
+  int value = 0;
+  std::memcpy(&value, &status, sizeof(value));
+  switch (value) {
     case CHORD_SUCCESS:
       return "CHORD_SUCCESS: no error";
     case CHORD_ERROR_INVALID_ARGUMENT:
