@@ -1,9 +1,10 @@
 // Host costs of the JIT runtime:
-//  - cold NVRTC compile of every family's example descriptors (fresh cache directory),
+//  - cold NVRTC compile, one kernel at a time, of a deployment's plan (default kimi-k2 ep8) and every
+//    family's example descriptors (fresh cache directory),
 //  - disk-hit load (a fresh runtime on the same directory),
 //  - with a GPU: host time per launch on a memo hit (chordrt op vs a raw cuLaunchKernelEx of the same
 //    function, and the lookup alone: context + descriptor + memo).
-// Usage: chord_host_bench [--json FILE]
+// Usage: chord_host_bench [--json FILE] [--plan MODEL DEPLOYMENT]
 #include <fmt/format.h>
 #include <stdlib.h>
 
@@ -21,6 +22,7 @@
 #include "runtime/jit_runtime.hpp"
 #include "runtime/kernel_registry.hpp"
 #include "runtime/launch.hpp"
+#include "runtime/model_plan.hpp"
 #include "runtime/ops/glue.hpp"
 
 using namespace chordrt;
@@ -36,14 +38,19 @@ double median(std::vector<double> v) {
 
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
-json bench_compile() {
+json bench_compile(const std::string& model, const std::string& deployment) {
   char tmpl[] = "/tmp/chord-bench-XXXXXX";
   const std::filesystem::path dir = ::mkdtemp(tmpl);
   JitOptions opts;
   opts.cache.primary = dir;
-  std::vector<jit::Descriptor> all;
+  const Arch arch{90, 'a'};
+  std::vector<jit::Descriptor> all =
+      plan_descriptors(resolve_model(model), Deployment::parse(deployment), DeviceFacts::offline(arch));
+  const size_t planned = all.size();
   for (const KernelFamily* f : kernel_families()) {
-    for (const auto& d : f->examples(Arch{90, 'a'})) all.push_back(d);
+    for (const auto& d : f->examples(arch)) {
+      if (std::find(all.begin(), all.end(), d) == all.end()) all.push_back(d);
+    }
   }
   json kernels = json::array();
   std::vector<double> cold, load;
@@ -52,7 +59,10 @@ json bench_compile() {
     for (const auto& d : all) {
       const auto r = rt.ensure_compiled(d);
       cold.push_back(r.compile_ms);
-      kernels.push_back({{"descriptor", jit::to_string(d)}, {"cold_compile_ms", r.compile_ms}});
+      kernels.push_back({{"descriptor", jit::to_string(d)},
+                         {"family", d.schema->family},
+                         {"in_plan", kernels.size() < planned},
+                         {"cold_compile_ms", r.compile_ms}});
     }
   }
   {
@@ -67,7 +77,8 @@ json bench_compile() {
     }
   }
   std::filesystem::remove_all(dir);
-  return {{"kernels", kernels},
+  return {{"plan", model + " " + deployment},
+          {"kernels", kernels},
           {"cold_compile_ms_median", median(cold)},
           {"cold_compile_ms_max", *std::max_element(cold.begin(), cold.end())},
           {"disk_hit_ms_median", median(load)}};
@@ -148,11 +159,20 @@ json bench_launch() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string json_path;
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::string(argv[i]) == "--json") json_path = argv[i + 1];
+  std::string json_path, model = "kimi-k2", deployment = "ep8";
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--json" && i + 1 < argc) {
+      json_path = argv[++i];
+    } else if (a == "--plan" && i + 2 < argc) {
+      model = argv[++i];
+      deployment = argv[++i];
+    } else {
+      fmt::print(stderr, "usage: chord_host_bench [--json FILE] [--plan MODEL DEPLOYMENT]\n");
+      return 2;
+    }
   }
-  json result = {{"compile", bench_compile()}, {"launch", bench_launch()}};
+  json result = {{"compile", bench_compile(model, deployment)}, {"launch", bench_launch()}};
   const auto& c = result["compile"];
   fmt::print("cold NVRTC compile: median {:.1f} ms, max {:.1f} ms over {} kernels; disk hit median {:.2f} ms\n",
              c["cold_compile_ms_median"].get<double>(), c["cold_compile_ms_max"].get<double>(), c["kernels"].size(),

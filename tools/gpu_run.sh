@@ -8,8 +8,10 @@
 #   the DSA indexer bench, CHORD_PYTEST_ARGS replaces the pytest
 #   selection (tests/python).
 # CHORD_GPU_SANITIZE=1 adds the compute-sanitizer steps (memcheck and racecheck over the [gpu] Catch2
-# suite and each GPU pytest file, each under CHORD_SANITIZE_LIMIT_S, default 900 s; skip names
-# sanitize_<tool>_<file stem>). API errors are not reported: loading a kernel probes cuFuncGetParamInfo
+# suite and each GPU pytest file, each under CHORD_SANITIZE_LIMIT_S, default 900 s, CHORD_SANITIZE_JOBS
+# at once, default 4; CHORD_SANITIZE_SHARDS=n splits each pytest file into n steps; CHORD_SANITIZE_TOOLS
+# and CHORD_SANITIZE_TARGETS (catch2 and pytest files) narrow them; skip names
+# sanitize_<tool>_<file stem>[_<shard>]). API errors are not reported: loading a kernel probes cuFuncGetParamInfo
 # one index past its last parameter (the only way to count them), an expected CUDA_ERROR_INVALID_VALUE.
 # The benchmarks run in strict mode (CHORD_JIT_STRICT=1) after every preset deployment
 # (tools/preset_deployments.txt) and every bench-only deployment (bench/deployments.txt) was prewarmed: a kernel dispatch asks for that the plans lack is an error
@@ -40,17 +42,45 @@ step cpu_tests "$build/tests/chordrt_tests" "~[gpu]" --reporter compact
 step pytest env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" CHORD_JIT="$PWD/$build/chord-jit" \
   PYTHONPATH="$PWD/tools/python" python3 -m pytest -q ${CHORD_PYTEST_ARGS:-tests/python} -rs
 if [ "${CHORD_GPU_SANITIZE:-0}" = 1 ]; then
-  for tool in memcheck racecheck; do
-    CHORD_STEP_LIMIT_S=${CHORD_SANITIZE_LIMIT_S:-900} step "sanitize_${tool}_catch2" \
-      compute-sanitizer --tool "$tool" --report-api-errors no --error-exitcode 1 "$build/tests/chordrt_tests" "[gpu]" \
-      --reporter compact
-    for f in tests/python/test_*_gpu.py; do
-      stem=$(basename "$f" .py)
-      CHORD_STEP_LIMIT_S=${CHORD_SANITIZE_LIMIT_S:-900} step "sanitize_${tool}_${stem}" \
-        env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPATH="$PWD/tools/python" \
-        compute-sanitizer --tool "$tool" --report-api-errors no --error-exitcode 1 python3 -m pytest -q -x "$f"
+  # CHORD_SANITIZE_JOBS of them at once (default 4) on the one GPU.
+  sanitize() {  # sanitize TOOL TARGET [SHARD]: catch2, a pytest file, or shard i of its collected tests
+    local tool=$1 target=$2 shard=${3:-} name cmd
+    if [ "$target" = catch2 ]; then
+      name="sanitize_${tool}_catch2"
+      cmd=("$build/tests/chordrt_tests" "[gpu]" --reporter compact)
+    else
+      name="sanitize_${tool}_$(basename "$target" .py)${shard:+_$shard}"
+      local tests=("$target")
+      [ -n "$shard" ] && mapfile -t tests < <(awk -v n="$shards" -v i="$shard" 'NR % n == i' "$out/tests_$(basename "$target" .py).txt")
+      cmd=(env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPATH="$PWD/tools/python" python3 -m pytest -q -x "${tests[@]}")
+    fi
+    # racecheck does not see the happens-before that an mbarrier's complete_tx gives a raw cp.async.bulk
+    # (only tensor TMA), so it reports every LDS of a bulk-copied stage of the grouped GEMM as racing
+    # with the copy, in both directions (a known false positive, also seen by flash-attention's sm100
+    # backward). That kernel stays under memcheck; switching its copies to tensor TMA brings it back here.
+    local exclude=()
+    [ "$tool" = racecheck ] && exclude=(--kernel-name-exclude kns=grouped_gemm_kernel)
+    CHORD_STEP_LIMIT_S=${CHORD_SANITIZE_LIMIT_S:-900} step "$name" \
+      compute-sanitizer --tool "$tool" "${exclude[@]}" --report-api-errors no --error-exitcode 1 "${cmd[@]}"
+  }
+  # CHORD_SANITIZE_SHARDS=n splits each pytest file's collected tests into n steps (..._<i>), run at once.
+  shards=${CHORD_SANITIZE_SHARDS:-1}
+  for f in tests/python/test_*_gpu.py; do
+    env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPATH="$PWD/tools/python" \
+      python3 -m pytest --collect-only -q "$f" 2>/dev/null | grep '::' >"$out/tests_$(basename "$f" .py).txt"
+  done
+  for tool in ${CHORD_SANITIZE_TOOLS:-memcheck racecheck}; do
+    for target in ${CHORD_SANITIZE_TARGETS:-catch2 tests/python/test_*_gpu.py}; do
+      n=1
+      [ "$target" != catch2 ] && n=$shards
+      for ((i = 0; i < n; i++)); do
+        while [ "$(jobs -rp | wc -l)" -ge "${CHORD_SANITIZE_JOBS:-4}" ]; do wait -n; done
+        if [ "$n" = 1 ]; then sanitize "$tool" "$target" & else sanitize "$tool" "$target" "$i" & fi
+      done
     done
   done
+  wait
+  grep -q '^sanitize_.* FAIL' "$out/summary.txt" && status=1
 fi
 # (a bash -c script: `timeout` runs programs, not shell functions)
 step prewarm_all bash -c 'cat tools/preset_deployments.txt bench/deployments.txt | grep -v "^#" | while read -r model dep; do

@@ -9,14 +9,11 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
-#include <unordered_set>
 #include <vector>
 
 #include "runtime/core/error.hpp"
-#include "runtime/kernel_registry.hpp"
 #include "runtime/model_plan.hpp"
 #include "tools/chord-jit/commands.hpp"
 
@@ -25,42 +22,6 @@ namespace chordrt::cli {
 namespace {
 
 using nlohmann::json;
-
-// Descriptor lines, or recorded misses ({"descriptor": ..., "reason": ...}); blank lines skipped.
-std::vector<jit::Descriptor> read_descriptor_lines(const std::string& path) {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) {
-    throw_error(CHORD_ERROR_INVALID_ARGUMENT, "descriptor file {}: {}", path,
-                std::filesystem::exists(path, ec) ? "not a regular file" : "no such file");
-  }
-  std::ifstream in(path);
-  if (!in) throw_error(CHORD_ERROR_INVALID_ARGUMENT, "cannot read descriptor file {}", path);
-  std::vector<jit::Descriptor> out;
-  // Distinct descriptors in file order; the set keeps the de-duplication linear in the lines.
-  struct Hash {
-    size_t operator()(const jit::Descriptor& d) const noexcept { return static_cast<size_t>(jit::hash_value(d)); }
-  };
-  std::unordered_set<jit::Descriptor, Hash> seen;
-  std::string line;
-  int number = 0;
-  while (std::getline(in, line)) {
-    ++number;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    json j;
-    try {
-      j = json::parse(line);
-    } catch (const std::exception& e) {
-      throw_error(CHORD_ERROR_INVALID_ARGUMENT, "{}:{}: not JSON ({})", path, number, e.what());
-    }
-    try {
-      const jit::Descriptor d = descriptor_from_json(j.contains("descriptor") ? j["descriptor"] : j);
-      if (seen.insert(d).second) out.push_back(d);
-    } catch (const Error& e) {
-      throw_error(CHORD_ERROR_INVALID_ARGUMENT, "{}:{}: {}", path, number, e.what());
-    }
-  }
-  return out;
-}
 
 json item_to_json(const PrewarmItem& i) {
   return {{"descriptor", i.descriptor},
