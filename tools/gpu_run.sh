@@ -40,7 +40,12 @@ step build cmake --build "$build" -j "$(nproc)"
 step gpu_tests "$build/tests/chordrt_tests" "[gpu]" --reporter compact --durations yes
 step cpu_tests "$build/tests/chordrt_tests" "~[gpu]" --reporter compact
 step pytest env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" CHORD_JIT="$PWD/$build/chord-jit" \
-  PYTHONPATH="$PWD/tools/python" python3 -m pytest -q ${CHORD_PYTEST_ARGS:-tests/python} -rs
+  PYTHONPATH="$PWD/tools/python" python3 -m pytest -q ${CHORD_PYTEST_ARGS:-tests/python --ignore=tests/python/test_two_gpu.py} -rs
+# With two GPUs: EP2 over NCCL, one process on two devices, two processes sharing a cache.
+if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
+  step two_gpu env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPATH="$PWD/tools/python" NCCL_NVLS_ENABLE=0 \
+    TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 python3 -m pytest -q -s -rs tests/python/test_two_gpu.py
+fi
 if [ "${CHORD_GPU_SANITIZE:-0}" = 1 ]; then
   # CHORD_SANITIZE_JOBS of them at once (default 4) on the one GPU.
   sanitize() {  # sanitize TOOL TARGET [SHARD]: catch2, a pytest file, or shard i of its collected tests
