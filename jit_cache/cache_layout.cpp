@@ -40,37 +40,6 @@ fs::path entry_path(const fs::path& root, const std::string& key, const char* ex
   return root / "entries" / key.substr(0, 2) / (key + extension);
 }
 
-ReadResult read_file(const fs::path& path, std::string& out, uint64_t max_bytes, std::string& problem) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT || errno == ENOTDIR) return ReadResult::kMissing;
-    problem = fmt::format("{} cannot be opened ({})", path.filename().string(), std::strerror(errno));
-    return ReadResult::kRejected;
-  }
-  struct stat st {};
-  ReadResult result = ReadResult::kRead;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    problem = fmt::format("{} is not a regular file", path.filename().string());
-    result = ReadResult::kRejected;
-  } else if (static_cast<uint64_t>(st.st_size) > max_bytes) {
-    problem = fmt::format("{} is {} bytes, more than the {} an entry file may have", path.filename().string(),
-                          st.st_size, max_bytes);
-    result = ReadResult::kRejected;
-  } else {
-    out.assign(static_cast<size_t>(st.st_size), '\0');
-    size_t done = 0;
-    while (done < out.size()) {
-      const ssize_t n = ::read(fd, out.data() + done, out.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      done += static_cast<size_t>(n);
-    }
-    out.resize(done);  // a file truncated meanwhile reads short; its checks fail on the content
-  }
-  ::close(fd);
-  return result;
-}
-
 CacheEntryMeta parse_meta(const std::string& text) {
   return CacheEntryMeta::from_json(parse_json_bounded(text, kMaxMetaDepth));
 }
@@ -105,7 +74,7 @@ uint64_t directory_walks() { return g_walks.load(std::memory_order_relaxed); }
 std::optional<CacheEntry> read_entry(const fs::path& root, const std::string& key, std::string& problem,
                                      bool& present) {
   std::string text;
-  const ReadResult meta = read_file(entry_path(root, key, ".json"), text, kMaxMetaBytes, problem);
+  const ReadResult meta = read_regular_file(entry_path(root, key, ".json"), text, kMaxMetaBytes, problem);
   present = meta != ReadResult::kMissing;
   if (meta != ReadResult::kRead) return std::nullopt;
   CacheEntry entry;
@@ -119,7 +88,7 @@ std::optional<CacheEntry> read_entry(const fs::path& root, const std::string& ke
     problem = fmt::format("metadata names key {}", entry.meta.key);
     return std::nullopt;
   }
-  switch (read_file(entry_path(root, key, ".cubin"), entry.cubin, kMaxCubinBytes, problem)) {
+  switch (read_regular_file(entry_path(root, key, ".cubin"), entry.cubin, kMaxCubinBytes, problem)) {
     case ReadResult::kMissing:
       problem = "cubin missing";
       return std::nullopt;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "jit_cache/disk_cache.hpp"
+#include "runtime/core/file_read.hpp"
 
 namespace chordrt::jit {
 
@@ -35,10 +36,6 @@ inline constexpr uint64_t kMaxCubinBytes = uint64_t{256} << 20;
 // (whose recursive walks could overflow the stack) exists.
 inline constexpr int kMaxMetaDepth = 16;
 
-enum class ReadResult { kMissing, kRead, kRejected };
-// Reads a regular file of at most max_bytes. Opened without blocking, so a FIFO, device or directory at
-// the path is rejected (problem says why) rather than read or waited on.
-ReadResult read_file(const std::filesystem::path& path, std::string& out, uint64_t max_bytes, std::string& problem);
 // An entry's metadata from its text; throws on malformed or too deeply nested JSON.
 CacheEntryMeta parse_meta(const std::string& text);
 int64_t mtime_unix(const std::filesystem::path& path);

@@ -24,7 +24,7 @@ std::vector<CacheMaintenance::EntryInfo> CacheMaintenance::list() const {
         info.meta = std::move(entry->meta);
       } else {
         std::string text, ignored;
-        if (layout::read_file(json_path, text, layout::kMaxMetaBytes, ignored) == layout::ReadResult::kRead) {
+        if (read_regular_file(json_path, text, layout::kMaxMetaBytes, ignored) == ReadResult::kRead) {
           try {
             info.meta = layout::parse_meta(text);
           } catch (const std::exception&) {

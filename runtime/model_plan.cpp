@@ -3,18 +3,20 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "runtime/core/error.hpp"
+#include "runtime/core/file_read.hpp"
 #include "runtime/core/json.hpp"
 
 namespace chordrt {
 
 namespace {
 
-// Hugging Face configs nest a few levels (quantization_config.config_groups.group_0.weights).
+// Hugging Face configs nest a few levels (quantization_config.config_groups.group_0.weights) and take a
+// few KB.
 constexpr int kMaxConfigDepth = 64;
+constexpr uint64_t kMaxConfigBytes = 16 << 20;
 
 const MoeModelShape kPresets[] = {
     {"kimi-k2", 7168, 2048, 384, 8, "int4", std::nullopt},
@@ -130,16 +132,22 @@ MoeModelShape resolve_model(std::string_view preset_or_path) {
     if (p.name == preset_or_path) return p;
   }
   const std::string path(preset_or_path);
-  std::ifstream in(path);
-  if (!in) {
-    std::string names;
-    for (const auto& p : kPresets) names += " " + p.name;
-    throw_error(CHORD_ERROR_INVALID_ARGUMENT, "model: \"{}\" is neither a preset (known:{}) nor a readable file", path,
-                names);
+  std::string text, problem;
+  switch (read_regular_file(path, text, kMaxConfigBytes, problem)) {
+    case ReadResult::kMissing: {
+      std::string names;
+      for (const auto& p : kPresets) names += " " + p.name;
+      throw_error(CHORD_ERROR_INVALID_ARGUMENT, "model: \"{}\" is neither a preset (known:{}) nor a readable file",
+                  path, names);
+    }
+    case ReadResult::kRejected:
+      throw_error(CHORD_ERROR_INVALID_ARGUMENT, "model config {}: {}", path, problem);
+    case ReadResult::kRead:
+      break;
   }
   nlohmann::json config;
   try {
-    config = parse_json_bounded(in, kMaxConfigDepth);
+    config = parse_json_bounded(text, kMaxConfigDepth);
   } catch (const std::exception& e) {
     throw_error(CHORD_ERROR_INVALID_ARGUMENT, "model config {}: not valid JSON ({})", path, e.what());
   }

@@ -1,6 +1,8 @@
 // Models (presets and config.json files), deployments, and the descriptors a deployment dispatches.
 #include "runtime/model_plan.hpp"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <filesystem>
@@ -143,6 +145,11 @@ TEST_CASE("bad model configs are INVALID_ARGUMENT naming the problem", "[plan]")
   const std::string deep = std::string(100000, '[') + std::string(100000, ']');
   rejected(write_file(t, "deep.json", "{" + full + R"(, "n_routed_experts": 64, "text_config": )" + deep + "}"),
            {"deep.json", "nested more than 64 levels"});
+  // Not a regular file: refused at once, never waited on (a FIFO) or read without end.
+  const std::string fifo = (t.path() / "config-fifo.json").string();
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  rejected(fifo, {"config-fifo.json is not a regular file"});
+  rejected(t.path().string(), {"is not a regular file"});
   rejected(write_file(t, "no-inter.json", R"({"hidden_size": 2048, "n_routed_experts": 64, "num_experts_per_tok": 8})"),
            {"moe_intermediate_size", "no-inter.json"});
   rejected(write_file(t, "no-hidden.json",
