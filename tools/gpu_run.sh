@@ -9,7 +9,8 @@
 #   selection (tests/python).
 # CHORD_GPU_SANITIZE=1 adds the compute-sanitizer steps (memcheck and racecheck over the [gpu] Catch2
 # suite and each GPU pytest file, each under CHORD_SANITIZE_LIMIT_S, default 900 s, CHORD_SANITIZE_JOBS
-# at once, default 4; CHORD_SANITIZE_SHARDS=n splits each pytest file into n steps; CHORD_SANITIZE_TOOLS
+# at once, default 4; CHORD_SANITIZE_SHARDS=n splits each pytest file into n steps and the Catch2 suite
+# into one per test case; CHORD_SANITIZE_TOOLS
 # and CHORD_SANITIZE_TARGETS (catch2 and pytest files) narrow them; skip names
 # sanitize_<tool>_<file stem>[_<shard>]). API errors are not reported: loading a kernel probes cuFuncGetParamInfo
 # one index past its last parameter (the only way to count them), an expected CUDA_ERROR_INVALID_VALUE.
@@ -51,8 +52,11 @@ if [ "${CHORD_GPU_SANITIZE:-0}" = 1 ]; then
   sanitize() {  # sanitize TOOL TARGET [SHARD]: catch2, a pytest file, or shard i of its collected tests
     local tool=$1 target=$2 shard=${3:-} name cmd
     if [ "$target" = catch2 ]; then
-      name="sanitize_${tool}_catch2"
-      cmd=("$build/tests/chordrt_tests" "[gpu]" --reporter compact)
+      name="sanitize_${tool}_catch2${shard:+_$shard}"
+      local spec="[gpu]"
+      # A shard of the Catch2 suite is one test case (commas and brackets escaped for Catch2's filter).
+      [ -n "$shard" ] && spec=$(sed -n "$((shard + 1))p" "$out/tests_catch2.txt" | sed 's/\([],[]\)/\\\1/g')
+      cmd=("$build/tests/chordrt_tests" "$spec" --reporter compact)
     else
       name="sanitize_${tool}_$(basename "$target" .py)${shard:+_$shard}"
       local tests=("$target")
@@ -68,8 +72,10 @@ if [ "${CHORD_GPU_SANITIZE:-0}" = 1 ]; then
     CHORD_STEP_LIMIT_S=${CHORD_SANITIZE_LIMIT_S:-900} step "$name" \
       compute-sanitizer --tool "$tool" "${exclude[@]}" --report-api-errors no --error-exitcode 1 "${cmd[@]}"
   }
-  # CHORD_SANITIZE_SHARDS=n splits each pytest file's collected tests into n steps (..._<i>), run at once.
+  # CHORD_SANITIZE_SHARDS=n splits each pytest file's collected tests into n steps (..._<i>), and the
+  # Catch2 suite into one step per test case, run at once.
   shards=${CHORD_SANITIZE_SHARDS:-1}
+  "$build/tests/chordrt_tests" --list-test-names-only "[gpu]" | grep -v '^$' >"$out/tests_catch2.txt"
   for f in tests/python/test_*_gpu.py; do
     env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPATH="$PWD/tools/python" \
       python3 -m pytest --collect-only -q "$f" 2>/dev/null | grep '::' >"$out/tests_$(basename "$f" .py).txt"
@@ -77,7 +83,10 @@ if [ "${CHORD_GPU_SANITIZE:-0}" = 1 ]; then
   for tool in ${CHORD_SANITIZE_TOOLS:-memcheck racecheck}; do
     for target in ${CHORD_SANITIZE_TARGETS:-catch2 tests/python/test_*_gpu.py}; do
       n=1
-      [ "$target" != catch2 ] && n=$shards
+      if [ "$shards" != 1 ]; then
+        n=$shards
+        [ "$target" = catch2 ] && n=$(wc -l <"$out/tests_catch2.txt")
+      fi
       for ((i = 0; i < n; i++)); do
         while [ "$(jobs -rp | wc -l)" -ge "${CHORD_SANITIZE_JOBS:-4}" ]; do wait -n; done
         if [ "$n" = 1 ]; then sanitize "$tool" "$target" & else sanitize "$tool" "$target" "$i" & fi
