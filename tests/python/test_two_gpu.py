@@ -36,9 +36,21 @@ def child_env(**extra):
 
 
 def run_workers(argvs, envs, timeout=900):
+    """Starts one worker per argv; returns them and a function that waits for all and returns their JSON
+    results (a worker that fails or hangs fails the test, and the others are killed: a rank whose peer
+    died would wait in NCCL forever)."""
     procs = [subprocess.Popen([sys.executable, str(WORKER), *a], env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True) for a, e in zip(argvs, envs)]
-    return procs, lambda: [finish(p, timeout) for p in procs]
+
+    def wait():
+        try:
+            return [finish(p, timeout) for p in procs]
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+
+    return procs, wait
 
 
 def finish(p, timeout):
@@ -63,11 +75,13 @@ def test_two_processes_share_one_cache_and_compile_each_key_once(tmp_path):
     go = tmp_path / "go"
     envs = [child_env(CUDA_VISIBLE_DEVICES=d, CHORD_CACHE_DIR=cache) for d in range(2)]
     procs, wait = run_workers([["shared-cache", str(tmp_path / f"ready{d}"), str(go)] for d in range(2)], envs)
-    for d in range(2):
-        while not (tmp_path / f"ready{d}").exists():
-            assert procs[d].poll() is None, procs[d].communicate()
-            time.sleep(0.01)
-    go.touch()  # both start prewarming the same preset into the empty directory at once
+    try:
+        for d in range(2):
+            while not (tmp_path / f"ready{d}").exists():
+                assert procs[d].poll() is None, procs[d].communicate()
+                time.sleep(0.01)
+    finally:
+        go.touch()  # both start prewarming the same preset into the empty directory at once
     results = wait()
     assert all(r["ok"] for r in results), results
     entries = sorted((cache / "entries").glob("*/*.json"))
