@@ -1,4 +1,4 @@
-"""One process of test_two_gpu.py's multi-process cases (run as a script; prints one JSON line).
+"""One process of test_two_gpus.py's multi-process cases (run as a script; prints one JSON line).
 
   two_gpu_worker.py ep2 RANK WORLD STORE_FILE
       expert parallelism over WORLD GPUs: this rank holds experts [RANK*E/WORLD, (RANK+1)*E/WORLD) behind
