@@ -104,23 +104,18 @@ void check_not_silent(chord_status_t s, const T& args, bool (*empty)(const T&), 
   }
 }
 
+// One op call from the input: its args struct, then (for ops whose args point at a host W4A16 weight)
+// the weight struct.
 template <typename T, typename Call>
 void op_with_args(Input& in, uint8_t flags, size_t min_size, const char* fn, bool (*empty)(const T&), Call&& call) {
   Padded<T> p{read_struct<T>(in, flags, min_size)};
-  const chord_status_t s = call(flags & kNullArgs ? nullptr : &p.args);
-  check_status(s, fn);
-  check_not_silent(s, p.args, empty, fn);
-}
-
-// Ops whose args point at a host W4A16 weight: the weight struct comes after the args.
-template <typename T, typename Call>
-void op_with_weight(Input& in, uint8_t flags, size_t min_size, const char* fn, bool (*empty)(const T&), Call&& call) {
-  Padded<T> p{read_struct<T>(in, flags, min_size)};
-  chord_w4a16_weight_t weight;
-  in.take(&weight, sizeof(weight));
-  if ((flags & kSizeModeMask) != 2) weight.struct_size = sizeof(weight);
-  if (flags & kForgeTag) weight.tag = chordrt::ops::w4a16_weight_tag(weight);
-  p.args.weight = flags & kNullWeight ? nullptr : &weight;
+  [[maybe_unused]] chord_w4a16_weight_t weight;  // outlives the call that points at it
+  if constexpr (requires { p.args.weight; }) {
+    in.take(&weight, sizeof(weight));
+    if ((flags & kSizeModeMask) != 2) weight.struct_size = sizeof(weight);
+    if (flags & kForgeTag) weight.tag = chordrt::ops::w4a16_weight_tag(weight);
+    p.args.weight = flags & kNullWeight ? nullptr : &weight;
+  }
   const chord_status_t s = call(flags & kNullArgs ? nullptr : &p.args);
   check_status(s, fn);
   check_not_silent(s, p.args, empty, fn);
@@ -278,18 +273,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     }
     case 5:
-      op_with_weight<chord_grouped_contiguous_args_t>(
+      op_with_args<chord_grouped_contiguous_args_t>(
           in, flags, CHORD_GROUPED_CONTIGUOUS_ARGS_MIN_SIZE, "chord_grouped_contiguous",
           +[](const chord_grouped_contiguous_args_t& a) { return a.m == 0; },
           [&](auto* a) { return chord_grouped_contiguous(a, stream); });
       break;
     case 6:
-      op_with_weight<chord_grouped_masked_args_t>(in, flags, CHORD_GROUPED_MASKED_ARGS_MIN_SIZE, "chord_grouped_masked",
-                                                  nothing<chord_grouped_masked_args_t>,
-                                                  [&](auto* a) { return chord_grouped_masked(a, stream); });
+      op_with_args<chord_grouped_masked_args_t>(in, flags, CHORD_GROUPED_MASKED_ARGS_MIN_SIZE, "chord_grouped_masked",
+                                                nothing<chord_grouped_masked_args_t>,
+                                                [&](auto* a) { return chord_grouped_masked(a, stream); });
       break;
     case 7:
-      op_with_weight<chord_indexed_args_t>(
+      op_with_args<chord_indexed_args_t>(
           in, flags, CHORD_INDEXED_ARGS_MIN_SIZE, "chord_indexed_gemm",
           +[](const chord_indexed_args_t& a) { return a.num_tokens == 0; },
           [&](auto* a) { return chord_indexed_gemm(a, stream); });

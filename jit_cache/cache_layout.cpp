@@ -134,13 +134,20 @@ std::vector<Orphan> orphans_in(const fs::path& root) {
   return out;
 }
 
+int remove_orphans(const std::vector<Orphan>& orphans) {
+  int removed = 0;
+  for (const Orphan& o : orphans) {
+    std::error_code ec;
+    if (fs::remove(o.path, ec)) ++removed;
+  }
+  return removed;
+}
+
 PruneResult evict_lru(const fs::path& root, uint64_t max_bytes) {
   PruneResult r;
-  for (const Orphan& o : orphans_in(root)) {
-    std::error_code ec;
-    if (fs::remove(o.path, ec)) ++r.orphans_removed;
-    r.bytes_before += o.bytes;
-  }
+  const std::vector<Orphan> orphans = orphans_in(root);
+  r.orphans_removed = remove_orphans(orphans);
+  for (const Orphan& o : orphans) r.bytes_before += o.bytes;
   struct Item {
     std::string key;
     uint64_t bytes;

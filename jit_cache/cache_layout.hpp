@@ -67,6 +67,8 @@ struct Orphan {
   uint64_t bytes;
 };
 std::vector<Orphan> orphans_in(const std::filesystem::path& root);
+// Removes the listed files; returns how many it removed.
+int remove_orphans(const std::vector<Orphan>& orphans);
 
 // Removes the orphans first (they count against the cap too), then walks root once and removes
 // least-recently-used entries (key order breaks ties) until at most

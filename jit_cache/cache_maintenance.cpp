@@ -43,11 +43,8 @@ void CacheMaintenance::remove(const std::string& key) { layout::remove_entry(dir
 
 std::vector<layout::Orphan> CacheMaintenance::orphans() const { return layout::orphans_in(dirs_.primary); }
 
-void CacheMaintenance::remove_orphans() {
-  for (const auto& o : orphans()) {
-    std::error_code ec;
-    fs::remove(o.path, ec);
-  }
+int CacheMaintenance::remove_orphans(const std::vector<layout::Orphan>& orphans) {
+  return layout::remove_orphans(orphans);
 }
 
 int CacheMaintenance::clear() {

@@ -35,9 +35,10 @@ class CacheMaintenance {
   // Removes the primary's orphans (layout::orphans_in), then its least-recently-used entries until it
   // holds at most max_bytes.
   PruneResult prune(uint64_t max_bytes);
-  // The primary's orphans: what verify reports and --repair removes.
+  // The primary's orphans: what verify reports and --repair removes (remove_orphans of that same list;
+  // returns how many it removed).
   std::vector<layout::Orphan> orphans() const;
-  void remove_orphans();
+  int remove_orphans(const std::vector<layout::Orphan>& orphans);
   // Removes one primary entry (both files).
   void remove(const std::string& key);
   // Removes every primary entry, lock and temp file; returns the number of entries removed.

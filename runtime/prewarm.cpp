@@ -1,21 +1,23 @@
 #include "runtime/prewarm.hpp"
 
 #include <algorithm>
-#include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <unordered_set>
 #include <vector>
 
 #include "runtime/core/error.hpp"
+#include "runtime/core/file_read.hpp"
 #include "runtime/core/json.hpp"
 #include "runtime/kernel_registry.hpp"
 
 namespace chordrt {
 
 namespace {
-// A descriptor line nests 3 levels ({"descriptor": {"fields": {...}}}).
+// A descriptor line nests 3 levels ({"descriptor": {"fields": {...}}}); a file of recorded misses from a
+// long run may hold millions of lines of ~250 bytes.
 constexpr int kMaxDescriptorLineDepth = 16;
+constexpr uint64_t kMaxDescriptorFileBytes = uint64_t{4} << 30;
 }  // namespace
 
 PrewarmItem prewarm_one(JitRuntime& runtime, const jit::Descriptor& d) {
@@ -55,13 +57,16 @@ PrewarmSummary summarize(std::span<const PrewarmItem> items) {
 }
 
 std::vector<jit::Descriptor> read_descriptor_lines(const std::string& path) {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) {
-    throw_error(CHORD_ERROR_INVALID_ARGUMENT, "descriptor file {}: {}", path,
-                std::filesystem::exists(path, ec) ? "not a regular file" : "no such file");
+  std::string text, problem;
+  switch (read_regular_file(path, text, kMaxDescriptorFileBytes, problem)) {
+    case ReadResult::kMissing:
+      throw_error(CHORD_ERROR_INVALID_ARGUMENT, "descriptor file {}: no such file", path);
+    case ReadResult::kRejected:
+      throw_error(CHORD_ERROR_INVALID_ARGUMENT, "descriptor file {}: {}", path, problem);
+    case ReadResult::kRead:
+      break;
   }
-  std::ifstream in(path);
-  if (!in) throw_error(CHORD_ERROR_INVALID_ARGUMENT, "cannot read descriptor file {}", path);
+  std::istringstream in(text);
   std::vector<jit::Descriptor> out;
   struct Hash {
     size_t operator()(const jit::Descriptor& d) const noexcept { return static_cast<size_t>(jit::hash_value(d)); }

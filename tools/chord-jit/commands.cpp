@@ -230,10 +230,7 @@ int run_verify(bool repair, bool as_json) {
     problems.push_back(p);
   }
   corrupt += static_cast<int>(orphans.size());
-  if (repair) {
-    cache.remove_orphans();
-    repaired += static_cast<int>(orphans.size());
-  }
+  if (repair) repaired += cache.remove_orphans(orphans);  // exactly the files reported, no second walk
   if (as_json) {
     print_json({{"ok", ok}, {"corrupt", corrupt}, {"repaired", repaired}, {"problems", problems}});
   } else {
