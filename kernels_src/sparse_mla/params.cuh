@@ -25,14 +25,16 @@ enum CacheFormat : int { kFp8DsMla = 0, kBf16 = 1 };
 
 // One token's record: fp8_ds_mla is 512 E4M3 values, 4 FP32 scales (one per 128-value tile), then the
 // RoPE dims as BF16; BF16 is the 512 + RoPE dims as BF16. A paged cache is an array of records, so slot
-// s is record s whatever the page size. bytes = 0 for an unknown format or RoPE dims other than 0 / 64.
+// s is record s whatever the page size. dims = bytes = 0 for an unknown format or RoPE dims other than
+// 0 / 64 (no arithmetic on an unchecked rope: the C ABI passes it straight through).
 struct RecordLayout {
   bool fp8;
   int dims, nope_bytes, scale_offset, rope_offset, bytes;
 };
 CHORD_HD constexpr RecordLayout record_layout(int format, int rope) {
-  RecordLayout r{format == kFp8DsMla, kNopeDims + rope, 0, 0, 0, 0};
+  RecordLayout r{format == kFp8DsMla, 0, 0, 0, 0, 0};
   if ((format != kFp8DsMla && format != kBf16) || (rope != 0 && rope != 64)) return r;
+  r.dims = kNopeDims + rope;
   r.nope_bytes = r.fp8 ? kNopeDims : 2 * kNopeDims;
   r.scale_offset = r.nope_bytes;  // fp8 only
   r.rope_offset = r.nope_bytes + (r.fp8 ? 4 * kTiles : 0);

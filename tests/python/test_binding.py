@@ -850,6 +850,7 @@ def test_mla_cache_record_bytes(chord):
     assert chord.mla_cache_record_bytes("bf16", 64) == 1152
     assert chord.mla_cache_record_bytes(1, 0) == 1024
     assert chord.mla_cache_record_bytes("bf16", 32) == 0
+    assert chord.mla_cache_record_bytes("bf16", 2**31 - 1) == 0  # no overflow before the check
     assert "format" in raises_invalid(chord.mla_cache_record_bytes, "fp4", 64)
 
 

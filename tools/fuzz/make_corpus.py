@@ -93,6 +93,8 @@ def c_abi_corpus():
     out["regress-warp-decode-workspace-wraps"] = abi_input("warp_decode_workspace", scalars(2**62, 8, 2**30))
     # Found by the fuzzer: a C caller's status value outside the enum (undefined behaviour in C++).
     out["regress-status-string-out-of-range"] = abi_input("status_and_version", scalars(0, 42))
+    # Found by the fuzzer: a RoPE width near INT32_MAX overflowed the record's dims before it was checked.
+    out["regress-mla-record-rope-int32-max"] = abi_input("record_bytes", scalars(0, 0, 2**31 - 1))
     # 11, 12: config.json and arch.
     out["regress-config-hidden-size-past-int32"] = prewarm("@", "ep8", "sm_90a", dict(KIMI_CONFIG, hidden_size=4294967552))
     bad_quant = json.loads(json.dumps(KIMI_CONFIG))
