@@ -20,12 +20,26 @@ the local routes grouped by expert (the permuted activation matrix and offs are 
 only the grouped GEMM is timed). Accuracy: relative Frobenius error / cosine vs an FP32 reference on the
 first set, over the written rows (at most ACCURACY_ROWS routes, spread over the experts), for chordrt and
 for the baseline. Every point carries the issue's target (pass / miss).
+Peer column (when `import humming` works: Humming, the W4A16 MoE library Chord is derived from; the bench
+imports the installed package, nothing of it is copied here): the same checkpoint tensors of each weight set
+converted by Humming itself as HummingLayer.transform() does (CompressedTensorsWeightSchema(pack-quantized, int4,
+group 32, symmetric).convert_humming(), prepare_layer_config, prepare_fp16_e8m0_scale, transform_humming_tensors);
+its config from its own heuristics, humming.tune.get_heuristics_config(layer, shape_m=the routes expected locally
+(the number chordrt's indexed_block_m gets), gemm_type="indexed"); vLLM routing at that config's block_shape[0]
+built over the local experts only (see HummingPeer: its kernel has no check for expert id -1); each point calls
+humming.forward.humming_forward on the same input sets, outputs and weight-set rotation, its kernels compiled by
+an untimed first call, timed with the same CUDA-graph replays as chordrt, and checked against the same FP32
+reference rows. Rows get peer_us {"humming": µs}, vs_peer {"humming": chordrt_us / peer_us} (< 1: chordrt
+faster), peer_error and peer_config (its tuning config, block size, routing blocks); without the package the
+column is left out (one line says so).
 Usage: indexed_bench.py [--json FILE | --out FILE] [--quick] [--cases EP8/prefill,TP8/prefill,EP8/decode]
                         [--projections gate_up,down] [--tokens 1024,...] [--decode-tokens 20,50] [--budget-s S]
+                        [--no-baseline] [--no-peers]
        indexed_bench.py --profile "EP8,gate_up,prefill,2048"   (a few untimed calls, for ncu)
 Without --json / --out the result goes to bench/results/indexed_bench-<device>-<date><letter>.json.
 """
 import argparse
+import json
 import math
 import pathlib
 import statistics
@@ -44,6 +58,17 @@ from bench_common import write_result, ceilings, default_out, graph_time_us, int
 from chordrt import moe_reference as mr
 from w4a16_weights import checkpoint_pool, dequant_bf16
 
+try:  # the optional peer: an installed humming-kernels package (the wheel: shared/peers/README.md)
+    import humming
+    from humming.forward import humming_forward
+    from humming.schema import CompressedTensorsWeightSchema
+    from humming.transform import prepare_fp16_e8m0_scale, prepare_layer_config, transform_humming_tensors
+    from humming.tune import get_heuristics_config
+    HUMMING_MISSING = None
+except Exception as err:  # ImportError, or its native libraries / device probe failing at import
+    humming = None
+    HUMMING_MISSING = f"{type(err).__name__}: {err}"
+
 TOP_K = 8
 PREFILL_TOKENS = (1024, 2048, 4096, 8192, 16384)
 DECODE_TOKENS = (20, 50)
@@ -53,6 +78,12 @@ BASELINE = "torch._grouped_mm"
 BASELINE_TIMING = ("torch._grouped_mm alone, on the local routes' activation rows gathered by expert and offs = "
                    "cumulative routes per expert; the gather and the offs are built outside the timed graph and "
                    "the result is left in expert order (no scatter back to route order)")
+PEER_TIMING = ("humming.forward.humming_forward alone (indexed GEMM, its heuristic config for the routes expected "
+               "locally) on the same input sets, outputs and weight-set rotation as chordrt, with vLLM routing over "
+               "the local experts only (no -1 expert blocks) at the config's block_shape[0], built outside the timed "
+               "graph; its kernels compiled by an untimed first call")
+HUMMING_COMPUTE = {"gemm_type": "indexed"}
+HUMMING_LOCKS = 2048  # Stream-K locks as HummingLayer allocates them: zeroed once (a tile's last slice resets its lock)
 
 
 @dataclass(frozen=True)
@@ -120,6 +151,7 @@ class RouteSet:
         self.sorted_ids, self.expert_ids, self.post = chordrt.moe_align(
             ids, num_experts=case.global_experts, block_size=block_m, expert_map=emap)
         local = (emap.long()[ids.long()] if emap is not None else ids.long()).reshape(-1)
+        self.local_ids = local.view(ids.shape).to(torch.int32)  # [tokens, TOP_K] local expert ids, -1 elsewhere
         routes = torch.nonzero(local >= 0).flatten()
         self.route_experts, order = torch.sort(local[routes], stable=True)
         self.routes = routes[order]
@@ -164,6 +196,94 @@ class Point:
         s = self.sets[i]
         return lambda: chordrt.indexed_gemm(s.a, weight, s.sorted_ids, s.expert_ids, s.post, self.top_k,
                                             self.block_m, out=s.out)
+
+
+def humming_weights(words, scale, n, k):
+    """One weight set converted by Humming itself, the way HummingLayer.transform() does for a compressed-tensors
+    layer with BF16 activations: the checkpoint's int32 weight_packed [E, N, K/8] (stored nibble = q + 8) and BF16
+    weight_scale [E, N, K/32] -> (LayerConfig, the kernel's tensors: weight, weight_scale, ...)."""
+    experts = words.shape[0]
+    schema = CompressedTensorsWeightSchema(format="pack-quantized", type="int", num_bits=4, strategy="group",
+                                           group_size=32, symmetric=True)
+    # convert_symmetric_integer=True as transform() sets it for floating-point activations
+    hschema, tensors = schema.convert_humming({"weight_packed": words, "weight_scale": scale}, shape_n_stacks=[n],
+                                              shape_k_stacks=[k], param_dtype=torch.bfloat16, num_experts=experts,
+                                              device=words.device, convert_symmetric_integer=True)
+    config = prepare_layer_config(shape_n=n, shape_k=k, weight_schema=hschema, num_experts=experts,
+                                  torch_dtype=torch.bfloat16, device=words.device, tensors=tensors)
+    config, tensors = prepare_fp16_e8m0_scale(config, tensors)
+    return config, transform_humming_tensors(config, tensors)
+
+
+def local_routing(local_ids, experts, block_m):
+    """vLLM's moe_align_block_size contract over local expert ids, in plain torch (untimed): routes whose id is
+    outside [0, experts) are dropped; each expert's routes in ascending route id, padded to a multiple of
+    block_m with the sentinel local_ids.numel(); one expert id per block, all in [0, experts); the buffers
+    hold exactly num_tokens_post_padded entries (at least one block, so no pointer is null)."""
+    flat = local_ids.reshape(-1).long()
+    kept = torch.nonzero((flat >= 0) & (flat < experts)).flatten()  # ascending route ids
+    route_experts, order = torch.sort(flat[kept], stable=True)
+    routes = kept[order]
+    counts = torch.bincount(route_experts, minlength=experts)
+    blocks = (counts + block_m - 1) // block_m
+    slot0 = (torch.cumsum(blocks, 0) - blocks) * block_m  # each expert's first slot
+    first = torch.cumsum(counts, 0) - counts  # each expert's first position in routes
+    rank = torch.arange(routes.numel(), device=flat.device) - first[route_experts]
+    total = int(blocks.sum().item()) * block_m
+    sorted_ids = torch.full((max(total, block_m),), flat.numel(), dtype=torch.int32, device=flat.device)
+    sorted_ids[slot0[route_experts] + rank] = routes.to(torch.int32)
+    expert_ids = torch.repeat_interleave(torch.arange(experts, dtype=torch.int32, device=flat.device), blocks)
+    if expert_ids.numel() == 0:
+        expert_ids = torch.zeros(1, dtype=torch.int32, device=flat.device)
+    post = torch.tensor([total], dtype=torch.int32, device=flat.device)
+    return sorted_ids, expert_ids, post, total // block_m
+
+
+class HummingPeer:
+    """Humming on one point: its heuristic config, routing at that config's block size, its calls.
+
+    Routing: chordrt.moe_align under the deployment's expert map writes expert id -1 for the blocks of
+    non-local experts (vLLM's contract), and Humming's indexed kernel has no check for -1 (vLLM's Humming
+    integration routes with ignore_invalid_experts=True instead). So the topk ids are mapped to local ids (-1
+    for routes to other GPUs) and routed over the local experts only (local_routing: every block names a local
+    expert and holds only local routes: chordrt's routing less the -1 blocks, at Humming's block size). Built
+    in torch rather than by chordrt.moe_align: Humming's block sizes and a map-less 48-expert routing are no
+    prewarmed moe_align kernel (tools/gpu_run.sh runs the benchmarks with CHORD_JIT_STRICT=1), and the peer's
+    inputs then owe nothing to the library it is compared with. Routing is outside the timing, as chordrt's."""
+
+    def __init__(self, case, point, weights):
+        self.point = point
+        self.weights = weights  # [(LayerConfig, tensors)] per weight set
+        config = weights[0][0]
+        # Its own heuristics, for the routes this GPU's experts are expected to receive (what chordrt's
+        # indexed_block_m is given). A JSON copy of the dict Humming lru-caches: what humming_forward makes of it
+        self.shape_m = point.routed_rows
+        self.tuning = json.loads(json.dumps(get_heuristics_config(config, shape_m=self.shape_m, gemm_type="indexed")))
+        self.block_m = int(self.tuning["block_shape"][0])
+        dev = point.sets[0].a.device
+        self.locks = torch.zeros(HUMMING_LOCKS, dtype=torch.int32, device=dev)
+        self.routing, live = [], []
+        for s in point.sets:
+            sorted_ids, expert_ids, post, used = local_routing(s.local_ids, case.experts, self.block_m)
+            routed = int((sorted_ids < s.local_ids.numel()).sum().item())
+            if routed != s.local_routes:
+                raise RuntimeError(f"humming routing: {routed} routes in the blocks, expected {s.local_routes} local")
+            self.routing.append((sorted_ids, expert_ids, post))
+            live.append(used)
+        self.blocks = statistics.mean(live)
+
+    def call(self, i):
+        s, (sorted_ids, expert_ids, post) = self.point.sets[i], self.routing[i]
+        config, t = self.weights[i % len(self.weights)]
+        return lambda: humming_forward(config, s.a, t["weight"], weight_scale=t.get("weight_scale"),
+                                       zero_point=t.get("zero_point"), weight_scale_2=t.get("weight_scale_2"),
+                                       outputs=s.out, sorted_ids=sorted_ids, expert_ids=expert_ids,
+                                       num_tokens_padded=post, locks=self.locks, top_k=self.point.top_k,
+                                       compute_config=HUMMING_COMPUTE, tuning_config=self.tuning)
+
+    def describe(self):
+        return {"shape_m": self.shape_m, "block_m": self.block_m, "blocks": self.blocks,
+                "b_dtype": str(self.weights[0][0].b_dtype), "tuning": self.tuning}
 
 
 def accuracy_picks(s):
@@ -211,7 +331,32 @@ def weight_sets_for(experts, n, k, quick):
     return max(1 if quick else 2, sets_for(experts * weight_bytes_per_expert(n, k), limit=4))
 
 
-def bench_point(case, proj, tokens, packed, wsets, bf16, n_isets, ceil, replays, rounds, block_m=None):
+def peer_humming(case, point, hweights, want, picks, n_isets, replays, rounds, row):
+    """Humming's time, error and config on the point's sets into row (the column is left out if it fails)."""
+    try:
+        peer = HummingPeer(case, point, hweights)
+        s0 = point.sets[0]
+        s0.out.fill_(float("nan"))
+        torch.cuda.synchronize()
+        start = time.monotonic()
+        peer.call(0)()  # compiles its kernel (NVRTC) outside any timing
+        torch.cuda.synchronize()
+        first_call_s = time.monotonic() - start
+        error = mr.error_stats(torch, s0.out[s0.routes[picks]].float(), want)
+        us = graph_time_us([peer.call(i) for i in range(n_isets)], replays, rounds)
+    except Exception as err:  # a peer's failure costs its column, not the run (a device fault still ends it)
+        row["peer_failed"] = {"humming": f"{type(err).__name__}: {err}"}
+        return f"  humming FAILED ({type(err).__name__}: {err})"
+    row["peer_us"] = {"humming": us}
+    row["vs_peer"] = {"humming": row["chordrt_us"] / us}
+    row["peer_error"] = {"humming": error}
+    row["peer_config"] = {"humming": {**peer.describe(), "first_call_s": first_call_s}}
+    return (f"  humming bm {peer.block_m:>3} {us:8.1f} us chordrt/humming {row['vs_peer']['humming']:5.2f} "
+            f"err {error['rel_err']:.2e}")
+
+
+def bench_point(case, proj, tokens, packed, wsets, bf16, n_isets, ceil, replays, rounds, block_m=None,
+                hweights=None):
     n_wsets = len(wsets)
     point = Point(case, proj, tokens, n_isets, block_m)
     torch.cuda.synchronize()
@@ -251,6 +396,8 @@ def bench_point(case, proj, tokens, packed, wsets, bf16, n_isets, ceil, replays,
             row["speedup_vs_baseline"] = row["baseline_us"] / us
             row["baseline_error"] = mr.error_stats(torch, grouped_mm(a_perm[0], bf16[0], s0.offs)[picks].float(),
                                                    want)
+    peer_text = "" if hweights is None else peer_humming(case, point, hweights, want, picks, n_isets, replays,
+                                                          rounds, row)
     verdict = "-" if target is None else ("pass" if row["target_met"] else "MISS")
     print(f"{case.parallel} {case.phase:<7} {proj:<7} {tokens:>5} tok bm {point.block_m:>3} "
           f"blocks {row['actual_blocks']:7.1f}/{row['expected_blocks']:7.1f} {us:8.1f} us "
@@ -259,7 +406,7 @@ def bench_point(case, proj, tokens, packed, wsets, bf16, n_isets, ceil, replays,
           f"{row.get('baseline', 'baseline')} {row.get('baseline_us', float('nan')):8.1f} us "
           f"x{row.get('speedup_vs_baseline', float('nan')):5.2f}  target "
           f"{'-' if target is None else f'<= {target}'} {verdict}  "
-          f"err {row['chordrt_error']['rel_err']:.2e}", flush=True)
+          f"err {row['chordrt_error']['rel_err']:.2e}{peer_text}", flush=True)
     return row
 
 
@@ -273,6 +420,16 @@ def bench_group(case, proj, tokens_list, ceil, args, deadline, skipped):
     wsets = [(words[s * e:(s + 1) * e], scale[s * e:(s + 1) * e]) for s in range(n_wsets)]
     packed = [chordrt.w4a16_pack(w, s, case.layout) for w, s in wsets]
     bf16 = None if args.no_baseline else [dequant_bf16(w, s) for w, s in wsets]
+    hweights = None
+    if humming is not None and not args.no_peers:
+        try:
+            hweights = [humming_weights(w, s, n, k) for w, s in wsets]
+            if len({c.to_str() for c, _ in hweights}) != 1:
+                raise RuntimeError("the weight sets converted to different layer configs")
+        except Exception as err:  # the group runs without the peer column
+            print(f"humming: {case.parallel} {case.phase} {proj}: weight conversion failed "
+                  f"({type(err).__name__}: {err}); no peer column", flush=True)
+            hweights = None
     torch.cuda.synchronize()
     replays, rounds = (20, 5) if args.quick else (30, 7)
     rows = []
@@ -282,7 +439,8 @@ def bench_group(case, proj, tokens_list, ceil, args, deadline, skipped):
             if deadline is not None and time.monotonic() > deadline:
                 skipped.append(label)
                 continue
-            row = bench_point(case, proj, tokens, packed, wsets, bf16, n_isets, ceil, replays, rounds, block_m)
+            row = bench_point(case, proj, tokens, packed, wsets, bf16, n_isets, ceil, replays, rounds, block_m,
+                              hweights)
             row["block_m_forced"] = block_m is not None
             rows.append(row)
         torch.cuda.empty_cache()  # the next point's sets (up to ~10 GB at 16384 tokens) start from a clean pool
@@ -320,6 +478,7 @@ def main():
     ap.add_argument("--budget-s", type=float, default=200,
                     help="wall-clock budget in seconds (0 = none): points past it are skipped and listed")
     ap.add_argument("--no-baseline", action="store_true", help="skip the PyTorch baseline")
+    ap.add_argument("--no-peers", action="store_true", help="skip the peer column (Humming) even when installed")
     ap.add_argument("--block-m", type=int_list, default=None,
                     help="sweep: run every point at each of these block sizes instead of the heuristic's")
     args = ap.parse_args()
@@ -342,6 +501,10 @@ def main():
     ceil = ceilings()
     print(f"ceilings: copy {ceil['copy_tbps']:.2f} TB/s, stream read {ceil['stream_read_tbps']:.2f} TB/s, "
           f"dense BF16 {ceil['dense_bf16_tflops']:.0f} TFLOP/s", flush=True)
+    if humming is None:
+        print(f"humming not importable ({HUMMING_MISSING}): no peer column", flush=True)
+    elif args.no_peers:
+        print("--no-peers: no peer column", flush=True)
     rows, skipped = [], []
     for key in cases:
         case = by_key[key]
@@ -360,6 +523,8 @@ def main():
                        "layout": c.layout, "top_k": TOP_K, "shapes": c.shapes} for c in CASES},
         targets=TARGETS,
         baseline_timing=BASELINE_TIMING,
+        peers={"humming": None if humming is None or args.no_peers else
+               {"version": getattr(humming, "__version__", "unknown"), "timing": PEER_TIMING}},
     )
 
 

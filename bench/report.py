@@ -155,9 +155,9 @@ _GEMM_COLUMNS = [
 ]
 
 
-def _gemm_section(title, intro, result, key_columns):
+def _gemm_section(title, intro, result, key_columns, extra_columns=()):
     """A W4A16 GEMM benchmark's section: title, intro paragraph, one table row per point, skipped points."""
-    columns = key_columns + _GEMM_COLUMNS
+    columns = key_columns + _GEMM_COLUMNS + list(extra_columns)
     lines = [title, "", intro, "",
              "| " + " | ".join(h for h, _, _ in columns) + " |",
              "|" + "|".join(a for _, a, _ in columns) + "|"]
@@ -204,7 +204,16 @@ def indexed_section(path, ix):
             ("local routes", "---:", lambda r: f"{r['local_routes']:.0f}"),
             ("block_m", "---:", lambda r: f"{r['block_m']}"),
             ("blocks / expected", "---:", lambda r: f"{r['actual_blocks']:.1f} / {r['expected_blocks']:.1f}")]
-    return _gemm_section(f"## W4A16 indexed MoE GEMMs on {ix['device']} (`{path.name}`)", intro, ix, keys)
+    peers = []
+    if any("humming" in r.get("peer_us", {}) for r in ix["results"]):  # runs with the Humming peer installed
+        intro += (f" Peer: Humming {ix['peers']['humming']['version']} on the same checkpoint tensors (its own "
+                  f"conversion and heuristic config), {ix['peers']['humming']['timing']}; chordrt ÷ Humming < 1: "
+                  f"chordrt faster.")
+        peers = [("Humming µs", "---:", lambda r: _fmt(r.get("peer_us", {}).get("humming"), ".1f")),
+                 ("chordrt ÷ Humming", "---:", lambda r: _fmt(r.get("vs_peer", {}).get("humming"), ".2f")),
+                 ("Humming rel err", "---:",
+                  lambda r: _fmt(r.get("peer_error", {}).get("humming", {}).get("rel_err"), ".2e"))]
+    return _gemm_section(f"## W4A16 indexed MoE GEMMs on {ix['device']} (`{path.name}`)", intro, ix, keys, peers)
 
 
 def _mla_target_cell(r):
