@@ -454,7 +454,8 @@ def find_case(parallel, phase):
     raise SystemExit(f"no case {parallel}/{phase} (have {', '.join(c.key for c in CASES)})")
 
 
-def profile(spec):
+def profile(spec, peer):
+    """Six untimed chordrt calls of one point, then (peer) six of Humming's on the same inputs."""
     parallel, proj, phase, tokens = spec.split(",")
     case = find_case(parallel, phase)
     n, k = case.shapes[proj]
@@ -463,6 +464,10 @@ def profile(spec):
     point = Point(case, proj, int(tokens), 1)
     for _ in range(6):
         point.chord_call(0, w)()
+    if peer and HUMMING_MISSING is None:
+        call = HummingPeer(case, point, [humming_weights(words, scale, n, k)]).call(0)
+        for _ in range(6):
+            call()
     torch.cuda.synchronize()
 
 
@@ -484,7 +489,7 @@ def main():
     args = ap.parse_args()
     torch.manual_seed(0)
     if args.profile:
-        return profile(args.profile)
+        return profile(args.profile, not args.no_peers)
     start = time.monotonic()
     deadline = start + args.budget_s if args.budget_s > 0 else None
     by_key = {c.key: c for c in CASES}

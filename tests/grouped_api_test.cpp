@@ -119,9 +119,9 @@ TEST_CASE("grouped shared memory matches a hand count of the kernel's layout", "
   const int64_t contiguous = 4 * 25600 + 69632 + 64 + 196 + 1024;
   CHECK(chordrt::heuristics::grouped_dynamic_smem({GroupedMode::kContiguous, 4096, 7168, 48}, {128, 2, 4}) ==
         contiguous);
-  // The gathering mode adds its token-row table (128 ints).
+  // The gathering mode keeps its rows' tokens in registers: the same layout.
   CHECK(chordrt::heuristics::grouped_dynamic_smem({GroupedMode::kIndexed, 4096, 7168, 48}, {128, 2, 4}) ==
-        contiguous + 512);
+        contiguous);
   // Masked, BLOCK_K 128, block_m 16, 1 slice (128 rows), 3 stages, 12 experts: a stage 16 x 128 x 2 = 4096
   // + 128 x 128 / 2 = 8192 + 4 x 128 x 2 = 1024 -> 13312; epilogue 2 x 16 x 72 x 2 = 4608.
   CHECK(chordrt::heuristics::grouped_dynamic_smem({GroupedMode::kMasked, 7168, 2048, 12}, {16, 1, 3}) ==

@@ -5,10 +5,13 @@
 # Usage: tools/profile_kernels.sh FAMILY OUTDIR [CASE ...]
 #   FAMILY warp_decode: cases "NAME,FORMAT,M"            (default "Kimi K2 TP8,int4,1" "Kimi K2 TP8,int4,32")
 #   FAMILY grouped:     cases "EPx,PROJECTION,MODE,ROWS" (default "EP8,gate_up,masked,16" "EP8,down,contiguous,128")
+#   FAMILY indexed:     cases "EPx|TPx,PROJECTION,PHASE,TOKENS" (default "EP8,gate_up,prefill,4096" "EP8,gate_up,prefill,1024")
 #   FAMILY sparse_mla:  cases "CASE,TOKENS"               (default "fp8/h8,1" "fp8/h8,256")
+# CHORD_PROFILE_PEER=1 (indexed): the bench also calls Humming on the same inputs, and its kernel
+# (named `humming`) is profiled too, into ncu_indexed_<case>_humming.txt.
 set -uo pipefail
-family=${1:?usage: tools/profile_kernels.sh warp_decode|grouped|sparse_mla OUTDIR [cases...]}
-out=${2:?usage: tools/profile_kernels.sh warp_decode|grouped|sparse_mla OUTDIR [cases...]}
+family=${1:?usage: tools/profile_kernels.sh warp_decode|grouped|indexed|sparse_mla OUTDIR [cases...]}
+out=${2:?usage: tools/profile_kernels.sh warp_decode|grouped|indexed|sparse_mla OUTDIR [cases...]}
 shift 2
 cd "$(dirname "$0")/.."
 build=${CHORD_GPU_BUILD_DIR:-build-gpu}
@@ -17,9 +20,11 @@ case "$family" in
     defaults=("Kimi K2 TP8,int4,1" "Kimi K2 TP8,int4,32") ;;
   grouped) kernels="grouped_gemm_kernel" skip=3 count=1 sass=1
     defaults=("EP8,gate_up,masked,16" "EP8,down,contiguous,128") ;;
+  indexed) kernels="grouped_gemm_kernel" skip=3 count=1 sass=1
+    defaults=("EP8,gate_up,prefill,4096" "EP8,gate_up,prefill,1024") ;;
   sparse_mla) kernels="sparse_mla_decode_kernel|sparse_mla_combine_kernel" skip=4 count=2 sass=1
     defaults=("fp8/h8,1" "fp8/h8,256") ;;
-  *) echo "unknown family $family (warp_decode, grouped, sparse_mla)" >&2; exit 2 ;;
+  *) echo "unknown family $family (warp_decode, grouped, indexed, sparse_mla)" >&2; exit 2 ;;
 esac
 cases=("$@")
 [ ${#cases[@]} -eq 0 ] && cases=("${defaults[@]}")
@@ -36,14 +41,20 @@ for c in "${cases[@]}"; do
   else
     args=(--profile "$c")
   fi
-  env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPATH="$PWD/tools/python:$PWD/bench" \
-    ncu --clock-control none -k "regex:$kernels" --launch-skip $skip --launch-count $count \
-    --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
-    --section SchedulerStats --section MemoryWorkloadAnalysis --metrics "$stalls" \
-    python3 "bench/${family}_bench.py" "${args[@]}" >"$out/ncu_${family}_$tag.txt" 2>&1
-  echo "== $family $c"
-  grep -E "$kernels|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\)|Achieved Occupancy|Registers Per|Waves Per SM|Issued Warp|Eligible Warps|Warp Cycles Per Issued|stalled" \
-    "$out/ncu_${family}_$tag.txt" | head -50
+  profiled=("$kernels")
+  [ "$family" = indexed ] && [ "${CHORD_PROFILE_PEER:-0}" = 1 ] && profiled+=(humming)
+  [ "$family" = indexed ] && [ "${CHORD_PROFILE_PEER:-0}" != 1 ] && args+=(--no-peers)
+  for k in "${profiled[@]}"; do
+    file="$out/ncu_${family}_$tag$([ "$k" = "$kernels" ] || echo "_$k").txt"
+    env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPATH="$PWD/tools/python:$PWD/bench${PYTHONPATH:+:$PYTHONPATH}" \
+      ncu --clock-control none -k "regex:$k" --launch-skip $skip --launch-count $count \
+      --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+      --section SchedulerStats --section MemoryWorkloadAnalysis --metrics "$stalls" \
+      python3 "bench/${family}_bench.py" "${args[@]}" >"$file" 2>&1
+    echo "== $family $c ($k)"
+    grep -E "$k|Duration|DRAM Throughput|Memory Throughput|L2 Cache Throughput|Compute \(SM\)|Achieved Occupancy|Registers Per|Waves Per SM|Issued Warp|Eligible Warps|Warp Cycles Per Issued|stalled" \
+      "$file" | head -50
+  done
 done
 # SASS of the kernels of the last case profiled, for instruction counts.
 if [ "${CHORD_SASS:-0}" = 1 ]; then

@@ -22,8 +22,11 @@ __device__ __forceinline__ void cp_async(void* smem, const void* gmem) {
 }
 
 // 16 bytes, or 16 zero bytes when !valid (nothing is read then: `gmem` need not be dereferenceable).
+// L2 fetches the whole 256-byte block around `gmem`: a row read along K in 16-byte pieces then finds its
+// next pieces there.
 __device__ __forceinline__ void cp_async_16_or_zero(void* smem, const void* gmem, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_address(smem)), "l"(gmem), "r"(valid ? 16 : 0)
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(smem_address(smem)), "l"(gmem),
+               "r"(valid ? 16 : 0)
                : "memory");
 }
 

@@ -14,7 +14,9 @@
 // Indexed mode (the W4A16 indexed family's prefill profile) gathers instead: the activation rows of a
 // tile are routes of vLLM's sorted routing, so all four producer warps copy them with cp.async (16 bytes
 // per lane, written in the tensor map's 128-byte swizzle so the consumers cannot tell the difference,
-// zeros for padding slots), and the epilogue scatters each token column to its route's output row.
+// zeros for padding slots; each thread keeps its rows' tokens in registers for the whole tile and asks
+// L2 for 256 bytes, the next K block of the row included), and the epilogue scatters each token column
+// to its route's output row.
 #pragma once
 
 #include "common/int4.cuh"
@@ -86,15 +88,22 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     };
     if constexpr (kGather) {
-      int* token_rows = reinterpret_cast<int*>(smem + Smem::row_table_offset(EXPERTS));
-      const int ptid = threadIdx.x;
+      // Producer thread p copies the 16-byte column p % 8 of the tile rows p / 8 + 16 i (every chunk):
+      // the rows' source offsets are read from the routing once per tile and kept in registers, so a
+      // copy costs one multiply-add on its row and the stage's base. The destination follows the
+      // 128-byte swizzle (chunk col of row r at col ^ (r % 8)); r % 8 is the same for all of a thread's rows.
+      constexpr int kRowsPerThread = (BM + 15) / 16;
+      const int ptid = threadIdx.x, col = ptid % 8, row0 = ptid / 8;
+      const int dst0 = row0 * 128 + ((col ^ (row0 & 7)) << 4);
       int it = 0;
       for (int index = blockIdx.x; index < tiles; index += gridDim.x) {
         const Tile t = sched.tile(index);
         if (t.expert < 0) continue;
-        named_barrier(3, 128);  // every producer is done with the previous tile's table
-        for (int r = ptid; r < BM; r += 128) token_rows[r] = routing_token_of(indexed, t.row0 + r);
-        named_barrier(3, 128);
+        int token[kRowsPerThread];  // -1: padding slot (zero-filled)
+#pragma unroll
+        for (int i = 0; i < kRowsPerThread; ++i) {
+          token[i] = row0 + 16 * i < BM ? routing_token_of(indexed, t.row0 + row0 + 16 * i) : -1;
+        }
         for (int kb = 0; kb < kKBlocks; ++kb, ++it) {
           const int s = it % STAGES;
           mbarrier_wait(&empty[s], ((it / STAGES) & 1) ^ 1);
@@ -103,14 +112,16 @@ __global__ void __launch_bounds__(kThreads, 1)
             mbarrier_arrive_expect_bytes(&full[s], Smem::kWeightBytes + Smem::kScaleBytes);
             copy_weights(stage, t, kb, &full[s]);
           }
-          // 16-byte chunk `col` of a 128-byte row lands at chunk col ^ (row % 8): the 128-byte swizzle.
-          for (int v = ptid; v < kChunks * BM * 8; v += 128) {
-            const int chunk = v / (BM * 8), row = v / 8 % BM, col = v % 8;
-            const int token = token_rows[row];
-            const bf16* src =
-                indexed.a + static_cast<long long>(max(token, 0)) * K + kb * BLOCK_K + chunk * 64 + col * 8;
-            cp_async_16_or_zero(stage + chunk * Smem::kActChunkBytes + row * 128 + ((col ^ (row & 7)) << 4), src,
-                                token >= 0);
+#pragma unroll
+          for (int c = 0; c < kChunks; ++c) {
+            const bf16* src = indexed.a + kb * BLOCK_K + c * 64 + col * 8;
+#pragma unroll
+            for (int i = 0; i < kRowsPerThread; ++i) {
+              if (row0 + 16 * i < BM) {
+                cp_async_16_or_zero(stage + c * Smem::kActChunkBytes + dst0 + i * 16 * 128,
+                                    src + static_cast<long long>(max(token[i], 0)) * K, token[i] >= 0);
+              }
+            }
           }
           cp_async_arrive(&full[s]);
         }

@@ -34,7 +34,7 @@ CHORD_HD constexpr int block_n(int slices) { return kConsumers * slices * kSlice
 
 // The dynamic shared memory (bytes from the 1024-aligned base): STAGES ring stages of [activation
 // tile | packed weights | scales], the two consumers' epilogue tiles, the full/empty barriers, the
-// masked scheduler's prefix table [experts + 1], then the gathering producers' token rows [BM].
+// masked scheduler's prefix table [experts + 1].
 struct GemmSmemLayout {
   int act_chunk_bytes;  // BM rows x 64 BF16, 128-byte swizzled
   int act_bytes, block_n, weight_bytes, scale_bytes, stage_bytes;
@@ -55,13 +55,10 @@ CHORD_HD constexpr GemmSmemLayout gemm_smem_layout(int bm, int slices, int block
   l.prefix_offset = l.barrier_offset + 2 * stages * 8;
   return l;
 }
-CHORD_HD constexpr int gemm_row_table_offset(const GemmSmemLayout& l, int experts) {
-  return l.prefix_offset + (experts + 1) * 4;
-}
 // What a launch of (mode, bm, slices, stages, experts) needs, the alignment slack included.
 CHORD_HD constexpr int gemm_smem_bytes(int mode, int bm, int slices, int stages, int experts) {
   const GemmSmemLayout l = gemm_smem_layout(bm, slices, block_k_of_mode(mode), stages);
-  return gemm_row_table_offset(l, experts) + (mode == kIndexed ? 4 * bm : 0) + kSmemAlign;
+  return l.prefix_offset + (experts + 1) * 4 + kSmemAlign;
 }
 
 // The layout as the kernel names it.
@@ -78,8 +75,6 @@ struct GemmSmem {
   static constexpr int kEpilogueBytes = kLayout.epilogue_bytes;
   static constexpr int kBarrierOffset = kLayout.barrier_offset;
   static constexpr int kPrefixOffset = kLayout.prefix_offset;
-  // Indexed: the token row (or -1) of each of the tile's BM sorted slots, for the gathering producers.
-  static constexpr int row_table_offset(int experts) { return gemm_row_table_offset(kLayout, experts); }
 };
 
 // CUtensorMap as the kernel sees it: 128 opaque bytes, passed by value as a __grid_constant__ parameter
