@@ -228,12 +228,49 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (lane == 0) mbarrier_arrive(&empty[s]);
   };
 
-  for (int index = blockIdx.x; index < tiles; index += gridDim.x) {
-    const Tile tile = sched.tile(index);
-    if (tile.expert < 0) continue;
+  // Tiles in the producer's order: this CTA's indices, those without work (expert < 0) skipped.
+  auto tile_at = [&](int index) {
+    Tile t{};
+    t.expert = -1;
+    if (index < tiles) t = sched.tile(index);
+    return t;
+  };
+  auto skip_idle = [&](int& index, Tile& t) {
+    while (index < tiles && t.expert < 0) {
+      index += gridDim.x;
+      t = tile_at(index);
+    }
+  };
+  // Short K (TP down: 4 K blocks a tile) restarts the pipeline empty at every tile. With an even number of
+  // K blocks the main loop ends on buffer 1, so there the next tile's first K block is waited for, loaded
+  // and dequantized into buffer 0 under the tile's last wgmmas, before its epilogue (its ring stage is
+  // free by then: every older stage is released). Long K keeps the plain loop (H200, v5 in bench/NOTES.md).
+  constexpr bool kLookAhead = kKBlocks % 2 == 0 && kKBlocks <= kMaxLookAheadKBlocks;
+  constexpr int kVecPerRow = SLICES * kSliceRows / 8;
+  constexpr int kStores = (BM * kVecPerRow + 127) / 128;  // 16-byte output stores per thread and tile
+  int index = blockIdx.x;
+  Tile tile = tile_at(index);
+  skip_idle(index, tile);
+  bool ahead = false;  // frag[0] already holds this tile's first K block
+  while (index < tiles) {
+    // Loads whose results are needed only at the end of the tile, issued now so the main loop hides them:
+    // the next tile (its expert id) and, indexed, the output rows this thread stores.
+    int next_index = index + gridDim.x;
+    Tile next = tile_at(next_index);
+    int route[kStores];
+    if constexpr (MODE == kIndexed) {
+#pragma unroll
+      for (int j = 0; j < kStores; ++j) {
+        const int v = tid + 128 * j;
+        route[j] = v < BM * kVecPerRow ? routing_route_of(indexed, tile.row0 + v / kVecPerRow) : -1;
+      }
+    }
+    bool look = false;  // the next tile's first K block is loaded during this one
+    if (!ahead) {
+      wait_full(it);
+      load_and_dequant(Buffer<0>{}, it % STAGES);
+    }
     // Main loop over K blocks, two per iteration so the register buffer index is a constant.
-    wait_full(it);
-    load_and_dequant(Buffer<0>{}, it % STAGES);
     for (int kb = 0; kb < kKBlocks; kb += 2) {
       {
         const int s = (it + kb) % STAGES;
@@ -249,7 +286,16 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (kb + 2 < kKBlocks) wait_full(it + kb + 2);
         wgmma_wait<1>();
         release((it + kb) % STAGES);
-        if (kb + 2 < kKBlocks) load_and_dequant(Buffer<0>{}, (it + kb + 2) % STAGES);
+        if (kb + 2 < kKBlocks) {
+          load_and_dequant(Buffer<0>{}, (it + kb + 2) % STAGES);
+        } else if constexpr (kLookAhead) {
+          skip_idle(next_index, next);
+          look = next_index < tiles;
+          if (look) {
+            wait_full(it + kKBlocks);
+            load_and_dequant(Buffer<0>{}, (it + kKBlocks) % STAGES);
+          }
+        }
       }
     }
     wgmma_wait<0>();
@@ -270,23 +316,30 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
     named_barrier(1 + consumer, 128);
-    constexpr int kVecPerRow = SLICES * kSliceRows / 8;
     const int n0 = tile.n_block * kBlockN + consumer * SLICES * kSliceRows;
-    for (int v = tid; v < BM * kVecPerRow; v += 128) {
-      const int token = v / kVecPerRow, col = (v % kVecPerRow) * 8;
-      int row = tile.row0 + token;
-      bool write = row < tile.valid_end;
-      if constexpr (MODE == kContiguous) write = write && routing[row] == tile.expert;
-      if constexpr (MODE == kIndexed) {
-        row = routing_route_of(indexed, row);
-        write = row >= 0;
-      }
-      if (write) {
-        *reinterpret_cast<uint4*>(out + static_cast<long long>(row) * N + n0 + col) =
-            *reinterpret_cast<const uint4*>(epilogue + token * Smem::kEpiloguePitch + col);
+#pragma unroll
+    for (int j = 0; j < kStores; ++j) {
+      const int v = tid + 128 * j;
+      if (v < BM * kVecPerRow) {
+        const int token = v / kVecPerRow, col = (v % kVecPerRow) * 8;
+        int row = tile.row0 + token;
+        bool write = row < tile.valid_end;
+        if constexpr (MODE == kContiguous) write = write && routing[row] == tile.expert;
+        if constexpr (MODE == kIndexed) {
+          row = route[j];
+          write = row >= 0;
+        }
+        if (write) {
+          *reinterpret_cast<uint4*>(out + static_cast<long long>(row) * N + n0 + col) =
+              *reinterpret_cast<const uint4*>(epilogue + token * Smem::kEpiloguePitch + col);
+        }
       }
     }
     named_barrier(1 + consumer, 128);
+    if constexpr (!kLookAhead) skip_idle(next_index, next);
+    index = next_index;
+    tile = next;
+    ahead = look;
   }
 }
 

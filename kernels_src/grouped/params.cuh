@@ -21,6 +21,7 @@ constexpr int kMaxExperts = w4a16::kMaxExperts;
 constexpr int kMinBlockM = 8, kMaxBlockM = 256;  // wgmma N: tokens per tile, a multiple of 8
 constexpr int kMaxSlices = 2;                    // 64-row slices per consumer
 constexpr int kMinStages = 2, kMaxStages = 16;
+constexpr int kMaxLookAheadKBlocks = 8;  // the main loop dequantizes the next tile's first K block up to here
 constexpr int kSmemAlign = 1024;  // the kernel aligns its dynamic shared memory (128-byte swizzle atoms)
 
 // The packed layout each mode reads, and its K block (a stage holds one).
