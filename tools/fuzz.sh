@@ -28,12 +28,14 @@ for t in "${targets[@]}"; do
   random_seed=$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')
   for seed in 1 "$random_seed"; do
     echo "== $t: $seconds s, seed $seed"
+    run_log="$build/fuzz-$t-seed$seed.log"  # one per run: its DONE line (executions, seconds) is kept
     if ! "$bin" -seed="$seed" -max_total_time="$seconds" -max_len=65536 -timeout=20 -rss_limit_mb=4096 \
-        -artifact_prefix="$build/crash-$t-" -print_final_stats=1 "$scratch" "$corpus" >"$log" 2>&1; then
-      tail -n 60 "$log"
+        -artifact_prefix="$build/crash-$t-" -print_final_stats=1 "$scratch" "$corpus" >"$run_log" 2>&1; then
+      tail -n 60 "$run_log"
       echo "fuzz: $t failed with seed $seed (its input is under $build/crash-$t-*)" >&2
       exit 1
     fi
-    grep -E '^(stat::number_of_executed_units|stat::peak_rss_mb|#[0-9]+ +DONE)' "$log"
+    # libFuzzer separates "#N" and "DONE" with a tab.
+    grep -E '^(stat::number_of_executed_units|stat::peak_rss_mb|#[0-9]+[[:space:]]+DONE)' "$run_log"
   done
 done
