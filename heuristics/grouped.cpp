@@ -16,7 +16,7 @@ constexpr int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
 // Tiles of a configuration when every row block is used (contiguous) or every expert has rows_hint.
 int64_t tile_count(const GroupedShape& s, const GroupedConfig& c, int64_t rows_hint) {
-  const int64_t n_blocks = s.n / g::block_n(c.slices);
+  const int64_t n_blocks = s.n / g::block_n(c.slices, c.consumers);
   if (s.mode == GroupedMode::kContiguous) return (rows_hint + c.block_m - 1) / c.block_m * n_blocks;
   return s.experts * ((rows_hint + c.block_m - 1) / c.block_m) * n_blocks;
 }
@@ -32,7 +32,7 @@ int grouped_deepest_ring(const GroupedShape& s, GroupedConfig c, const DeviceFac
 }
 
 int64_t grouped_dynamic_smem(const GroupedShape& s, const GroupedConfig& c) {
-  return g::gemm_smem_bytes(static_cast<int>(s.mode), c.block_m, c.slices, c.stages, s.experts);
+  return g::gemm_smem_bytes(static_cast<int>(s.mode), c.block_m, c.slices, c.stages, s.experts, c.consumers);
 }
 
 int grouped_consumer_registers(const GroupedShape& s, const GroupedConfig& c) {
@@ -48,9 +48,10 @@ std::string grouped_config_error(const GroupedShape& s, const GroupedConfig& c, 
   if (c.slices < 1 || c.slices > g::kMaxSlices) {
     return fmt::format("slices must be in [1, {}], got {}", g::kMaxSlices, c.slices);
   }
-  if (s.n < g::block_n(c.slices) || s.n % g::block_n(c.slices) != 0 || s.n > chord::w4a16::kMaxDim) {
-    return fmt::format("n must be a positive multiple of {} (the tile's rows, 128 * slices) up to {}, got {}",
-                       g::block_n(c.slices), chord::w4a16::kMaxDim, s.n);
+  if (!g::valid_consumers(c.consumers)) return fmt::format("consumers must be 2 or 4, got {}", c.consumers);
+  if (const int bn = g::block_n(c.slices, c.consumers); s.n < bn || s.n % bn != 0 || s.n > chord::w4a16::kMaxDim) {
+    return fmt::format("n must be a positive multiple of {} (the tile's rows, 64 * slices * consumers) up to {}, got {}",
+                       bn, chord::w4a16::kMaxDim, s.n);
   }
   if (s.k < bk || s.k % bk != 0 || s.k > chord::w4a16::kMaxDim) {
     return fmt::format("k must be a positive multiple of {} (the mode's K block) up to {}, got {}", bk,
@@ -62,9 +63,9 @@ std::string grouped_config_error(const GroupedShape& s, const GroupedConfig& c, 
   if (c.stages < g::kMinStages || c.stages > g::kMaxStages) {
     return fmt::format("stages must be in [{}, {}], got {}", g::kMinStages, g::kMaxStages, c.stages);
   }
-  if (const int regs = grouped_consumer_registers(s, c); regs > g::kConsumerRegisters) {
-    return fmt::format("block_m {} with {} slices needs ~{} registers per consumer thread (at most {})", c.block_m,
-                       c.slices, regs, g::kConsumerRegisters);
+  if (const int regs = grouped_consumer_registers(s, c); regs > g::consumer_registers(c.consumers)) {
+    return fmt::format("block_m {} with {} slices needs ~{} registers per consumer thread (at most {} with {} consumers)",
+                       c.block_m, c.slices, regs, g::consumer_registers(c.consumers), c.consumers);
   }
   if (const int64_t smem = grouped_dynamic_smem(s, c); smem > facts.max_smem_per_block_optin) {
     return fmt::format("needs {} bytes of shared memory (at most {})", smem, facts.max_smem_per_block_optin);
@@ -81,7 +82,7 @@ GroupedConfig select_grouped(const GroupedShape& s, int64_t rows_hint, const Dev
     const GroupedConfig order[] = {{128, 2, 0}, {128, 1, 0}, {64, 2, 0}, {64, 1, 0}};
     c = order[3];
     for (const GroupedConfig& o : order) {
-      if (s.n % g::block_n(o.slices) == 0 && tile_count(s, o, rows_hint) >= facts.sm_count) {
+      if (s.n % g::block_n(o.slices, o.consumers) == 0 && tile_count(s, o, rows_hint) >= facts.sm_count) {
         c = o;
         break;
       }
@@ -99,7 +100,8 @@ GroupedConfig select_grouped(const GroupedShape& s, int64_t rows_hint, const Dev
     c.slices = 1;
     GroupedConfig wide = c;
     wide.slices = 2;
-    if (s.n % g::block_n(wide.slices) == 0 && grouped_consumer_registers(s, wide) <= g::kConsumerRegisters &&
+    if (s.n % g::block_n(wide.slices, wide.consumers) == 0 &&
+        grouped_consumer_registers(s, wide) <= g::consumer_registers(wide.consumers) &&
         tile_count(s, wide, rows_hint) >= facts.sm_count) {
       c = wide;
     }
@@ -109,7 +111,8 @@ GroupedConfig select_grouped(const GroupedShape& s, int64_t rows_hint, const Dev
 }
 
 std::string apply_grouped_override(std::string_view spec, GroupedConfig& c) {
-  return apply_int_overrides(spec, {{"block_m", &c.block_m}, {"slices", &c.slices}, {"stages", &c.stages}});
+  return apply_int_overrides(
+      spec, {{"block_m", &c.block_m}, {"slices", &c.slices}, {"stages", &c.stages}, {"consumers", &c.consumers}});
 }
 
 }  // namespace chordrt::heuristics

@@ -75,7 +75,7 @@ int select_indexed_block_m(const IndexedShape& s, int64_t routed_rows, IndexedPr
   // Work units per block (tiles of weight rows) and how many run at once: the time is set by
   // max(units, slots) * the cost of one, so blocks that leave SMs idle are not cheaper.
   const double units_per_block =
-      mma ? s.n / double{chord::indexed::kDecodeRowsPerCta} : s.n / double{chord::grouped::block_n(2)};
+      mma ? s.n / double{chord::indexed::kDecodeRowsPerCta} : s.n / double{chord::grouped::block_n(2, 2)};
   const double slots = (mma ? double{chord::indexed::kDecodeCtasPerSm} : 1.0) * facts.sm_count;
   double best_time = 0;
   // wgmma: multiples of 16 (EP8 2048 tokens: block_m 64 ran 566 us, 56 ran 667 us; H200 sweep).
@@ -95,16 +95,24 @@ int select_indexed_block_m(const IndexedShape& s, int64_t routed_rows, IndexedPr
 GroupedConfig select_indexed_prefill(const IndexedShape& s, int block_m, int64_t routed_rows,
                                      const DeviceFacts& facts) {
   const GroupedShape g{GroupedMode::kIndexed, s.n, s.k, s.experts};
-  GroupedConfig c{block_m, 1, 2};
-  // Two 64-row slices per consumer (256-row tiles) when their fragments fit and the tiles still give every
-  // SM one; otherwise 128-row tiles, twice as many. This runs on every dispatch, so the blocks are bounded
-  // from below (each block holds at most block_m rows; min(rows, E) experts hold one) instead of modelled.
-  GroupedConfig wide{block_m, 2, 2};
+  // 256-row tiles while they still give every SM one: on short-K tiles four consumer warpgroups of one
+  // slice where their fragments fit the 104 registers each gets (block_m <= 64), which halves each
+  // consumer's share of the per-tile dequant and epilogue (TP8 down, K 256, 1024-2048 tokens: -13 to -15%
+  // on the H200) but loses 1-15% on long K (EP8, TP8 gate_up: less independent work per warp); else two
+  // consumers of two slices; otherwise 128-row tiles, twice as many. This runs on every dispatch, so the
+  // blocks are bounded from below (each block holds at most block_m rows; min(rows, E) experts hold one)
+  // instead of modelled.
   const int64_t blocks = std::max<int64_t>(std::min<int64_t>(routed_rows, s.experts), routed_rows / block_m);
-  const int64_t wide_n = chord::grouped::block_n(wide.slices);
-  if (s.n % wide_n == 0 && grouped_consumer_registers(g, wide) <= chord::grouped::kConsumerRegisters &&
-      blocks * (s.n / wide_n) >= facts.sm_count) {
-    c = wide;
+  const bool short_tiles = s.k / grouped_block_k(GroupedMode::kIndexed) <= chord::grouped::kShortTileKBlocks;
+  GroupedConfig c{block_m, 1, 2, 2};
+  for (const GroupedConfig& wide : {GroupedConfig{block_m, 1, 2, 4}, GroupedConfig{block_m, 2, 2, 2}}) {
+    const int64_t wide_n = chord::grouped::block_n(wide.slices, wide.consumers);
+    if ((wide.consumers == 2 || short_tiles) && s.n % wide_n == 0 &&
+        grouped_consumer_registers(g, wide) <= chord::grouped::consumer_registers(wide.consumers) &&
+        blocks * (s.n / wide_n) >= facts.sm_count) {
+      c = wide;
+      break;
+    }
   }
   c.stages = grouped_deepest_ring(g, c, facts);
   return c;

@@ -77,8 +77,8 @@ TEST_CASE("every selected grouped config is a valid kernel", "[grouped]") {
           CHECK(chordrt::heuristics::grouped_config_error(s, c) == "");
           CHECK(c.stages >= 2);
           CHECK(chordrt::heuristics::grouped_dynamic_smem(s, c) <= 227 * 1024);
-          const GroupedGemmKey key{
-              static_cast<int>(mode), static_cast<int>(n), static_cast<int>(k), experts, c.block_m, c.slices, c.stages};
+          const GroupedGemmKey key{static_cast<int>(mode), static_cast<int>(n), static_cast<int>(k), experts,
+                                   c.block_m,           c.slices,            c.stages,            c.consumers};
           CHECK_NOTHROW(GroupedGemmFamily::family().program(GroupedGemmFamily::descriptor(kHopper, key)));
         }
       }
@@ -98,14 +98,27 @@ TEST_CASE("grouped config errors name the field", "[grouped]") {
              Contains("multiple of 256"));
   CHECK_THAT(chordrt::heuristics::grouped_config_error({GroupedMode::kContiguous, 4096, 7168, 2000}, {128, 2, 4}),
              Contains("experts"));
+  CHECK_THAT(chordrt::heuristics::grouped_config_error(s, {16, 1, 4, 3}), Contains("consumers must be 2 or 4, got 3"));
+  // Four consumers get 104 registers each: with 64-K blocks one slice up to block_m 64, never two slices;
+  // masked (128-K blocks, twice the fragments) never fits.
+  const GroupedShape sc{GroupedMode::kContiguous, 4096, 7168, 48};
+  CHECK(chordrt::heuristics::grouped_config_error(sc, {64, 1, 4, 4}) == "");
+  CHECK_THAT(chordrt::heuristics::grouped_config_error(sc, {72, 1, 4, 4}), Contains("at most 104 with 4 consumers"));
+  CHECK_THAT(chordrt::heuristics::grouped_config_error(sc, {32, 2, 4, 4}), Contains("registers"));
+  CHECK_THAT(chordrt::heuristics::grouped_config_error(s, {8, 1, 4, 4}), Contains("registers"));
+  // Their tile is 256 rows with one slice.
+  CHECK_THAT(chordrt::heuristics::grouped_config_error({GroupedMode::kContiguous, 4096 + 128, 7168, 48}, {64, 1, 4, 4}),
+             Contains("multiple of 256"));
 }
 
 TEST_CASE("grouped config overrides for experiments", "[grouped]") {
   GroupedConfig c{128, 2, 6};
-  CHECK(chordrt::heuristics::apply_grouped_override("block_m=64,slices=1,stages=3", c) == "");
+  CHECK(c.consumers == 2);
+  CHECK(chordrt::heuristics::apply_grouped_override("block_m=64,slices=1,stages=3,consumers=4", c) == "");
   CHECK(c.block_m == 64);
   CHECK(c.slices == 1);
   CHECK(c.stages == 3);
+  CHECK(c.consumers == 4);
   CHECK_THAT(chordrt::heuristics::apply_grouped_override("warps=4", c), Contains("unknown key"));
   CHECK_THAT(chordrt::heuristics::apply_grouped_override("block_m=x", c), Contains("bad value"));
   CHECK_THAT(chordrt::heuristics::apply_grouped_override("block_m", c), Contains("field=value"));
@@ -127,8 +140,15 @@ TEST_CASE("grouped shared memory matches a hand count of the kernel's layout", "
   CHECK(chordrt::heuristics::grouped_dynamic_smem({GroupedMode::kMasked, 7168, 2048, 12}, {16, 1, 3}) ==
         3 * 13312 + 4608 + 48 + 13 * 4 + 1024);
   // What program() asks the launch for.
-  CHECK(GroupedGemmFamily::program({0, 4096, 7168, 48, 128, 2, 4}).dynamic_smem == contiguous);
-  CHECK(GroupedGemmFamily::program({0, 4096, 7168, 48, 128, 2, 4}).threads == 384);
+  CHECK(GroupedGemmFamily::program({0, 4096, 7168, 48, 128, 2, 4, 2}).dynamic_smem == contiguous);
+  CHECK(GroupedGemmFamily::program({0, 4096, 7168, 48, 128, 2, 4, 2}).threads == 384);
+  // Four consumers: four epilogue tiles, 640 threads. Contiguous block_m 64, 1 slice (256 rows), 3 stages,
+  // 12 experts: a stage 64 x 128 = 8192 + 256 x 64 / 2 = 8192 + 2 x 256 x 2 = 1024 -> 17408; epilogue
+  // 4 x 64 x (64 + 8) x 2 = 36864.
+  const int64_t four = 3 * 17408 + 36864 + 48 + 13 * 4 + 1024;
+  CHECK(chordrt::heuristics::grouped_dynamic_smem({GroupedMode::kContiguous, 7168, 2048, 12}, {64, 1, 3, 4}) == four);
+  CHECK(GroupedGemmFamily::program({0, 7168, 2048, 12, 64, 1, 3, 4}).dynamic_smem == four);
+  CHECK(GroupedGemmFamily::program({0, 7168, 2048, 12, 64, 1, 3, 4}).threads == 640);
 }
 
 TEST_CASE("grouped descriptors name the field, its range and the value", "[grouped]") {
@@ -143,28 +163,28 @@ TEST_CASE("grouped descriptors name the field, its range and the value", "[group
     return "";
   };
   CHECK_THAT(error_of([] {
-               GroupedGemmFamily::descriptor(kHopper, {0, 4096, 7168, 48, 264, 1, 4});
+               GroupedGemmFamily::descriptor(kHopper, {0, 4096, 7168, 48, 264, 1, 4, 2});
              }),
              Equals("grouped.gemm: block_m must be in [8, 256], got 264"));
   CHECK_THAT(error_of([] {
-               GroupedGemmFamily::descriptor(kHopper, {2, 4096, 7168, 48, 64, 1, 4});
+               GroupedGemmFamily::descriptor(kHopper, {2, 4096, 7168, 48, 64, 1, 4, 2});
              }),
              Equals("grouped.gemm: mode must be in [0, 1], got 2"));
   CHECK_THAT(error_of([] {
-               GroupedGemmFamily::descriptor(kHopper, {0, 4096, 7168, 2000, 64, 1, 4});
+               GroupedGemmFamily::descriptor(kHopper, {0, 4096, 7168, 2000, 64, 1, 4, 2});
              }),
              Equals("grouped.gemm: experts must be in [1, 1024], got 2000"));
   // In range but not a kernel: program() says which field.
   CHECK_THAT(error_of([] {
-               GroupedGemmFamily::program({0, 4096, 7168, 48, 12, 1, 4});
+               GroupedGemmFamily::program({0, 4096, 7168, 48, 12, 1, 4, 2});
              }),
              Equals("grouped.gemm: block_m must be a multiple of 8 in [8, 256], got 12"));
   CHECK_THAT(error_of([] {
-               GroupedGemmFamily::program({1, 4096, 7168 + 64, 48, 16, 1, 4});
+               GroupedGemmFamily::program({1, 4096, 7168 + 64, 48, 16, 1, 4, 2});
              }),
              Contains("k must be a positive multiple of 128"));
   // A descriptor reads back by field name.
-  const auto d = GroupedGemmFamily::descriptor(kHopper, {1, 4096, 7168, 48, 16, 2, 5});
+  const auto d = GroupedGemmFamily::descriptor(kHopper, {1, 4096, 7168, 48, 16, 2, 5, 2});
   CHECK(d.get("mode") == 1);
   CHECK(d.get("stages") == 5);
   CHECK(GroupedGemmFamily::key(d).block_m == 16);

@@ -105,9 +105,25 @@ TEST_CASE("every selected indexed config is a valid kernel", "[indexed]") {
       CHECK(key.block_m == c.block_m);
       CHECK(key.slices == c.slices);
       CHECK(key.stages == c.stages);
+      CHECK(key.consumers == c.consumers);
       CHECK_NOTHROW(IndexedPrefillFamily::family().program(IndexedPrefillFamily::descriptor(kHopper, key)));
     }
   }
+  // Short-K tiles (TP8 down, K 256) with small token tiles get four consumer warpgroups of one slice
+  // (256-row tiles either way); from block_m 72 their fragments no longer fit 104 registers, and two
+  // consumers of two slices take over. Long K (EP8 gate_up) keeps two consumers.
+  const IndexedShape tp_down{W4a16Layout::kWgmmaK64, 7168, 256, 384};
+  const auto small = chordrt::heuristics::select_indexed_prefill(tp_down, 32, 8192);
+  CHECK(small.consumers == 4);
+  CHECK(small.slices == 1);
+  CHECK(chordrt::heuristics::select_indexed_prefill(tp_down, 64, 16384).consumers == 4);
+  const auto large = chordrt::heuristics::select_indexed_prefill(tp_down, 96, 32768);
+  CHECK(large.consumers == 2);
+  CHECK(large.slices == 2);
+  const IndexedShape ep_up{W4a16Layout::kWgmmaK64, 4096, 7168, 48};
+  const auto long_k = chordrt::heuristics::select_indexed_prefill(ep_up, 32, 1024);
+  CHECK(long_k.consumers == 2);
+  CHECK(long_k.slices == 2);
   for (int bm : {8, 16, 24, 32}) {
     const IndexedShape s{W4a16Layout::kMma, 4096, 7168, 48};
     const auto c = chordrt::heuristics::select_indexed_decode(s, bm);
@@ -132,16 +148,19 @@ TEST_CASE("every selected indexed config is a valid kernel", "[indexed]") {
     CHECK_THAT(std::string(e.what()), Contains("indexed.decode: block_m must be a multiple of 8 in [8, 32]"));
   }
   try {
-    IndexedPrefillFamily::program({4096 + 64, 7168, 48, 64, 1, 4});
+    IndexedPrefillFamily::program({4096 + 64, 7168, 48, 64, 1, 4, 2});
     FAIL("no error");
   } catch (const chordrt::Error& e) {
     CHECK_THAT(std::string(e.what()), Contains("indexed.prefill: n must be a positive multiple of 128"));
   }
   // The prefill is the grouped kernel in its gathering mode, BLOCK_K 64, in the contiguous mode's layout
   // (the gathering producers keep their rows' tokens in registers).
-  const auto p = IndexedPrefillFamily::program({4096, 7168, 48, 64, 2, 4});
-  CHECK(p.name_expression == "chord::grouped::grouped_gemm_kernel<2, 4096, 7168, 48, 64, 2, 64, 4>");
-  CHECK(p.dynamic_smem == chordrt::ops::GroupedGemmFamily::program({0, 4096, 7168, 48, 64, 2, 4}).dynamic_smem);
+  const auto p = IndexedPrefillFamily::program({4096, 7168, 48, 64, 2, 4, 2});
+  CHECK(p.name_expression == "chord::grouped::grouped_gemm_kernel<2, 4096, 7168, 48, 64, 2, 64, 4, 2>");
+  CHECK(p.dynamic_smem == chordrt::ops::GroupedGemmFamily::program({0, 4096, 7168, 48, 64, 2, 4, 2}).dynamic_smem);
+  const auto four = IndexedPrefillFamily::program({4096, 7168, 48, 32, 1, 8, 4});
+  CHECK(four.name_expression == "chord::grouped::grouped_gemm_kernel<2, 4096, 7168, 48, 32, 1, 64, 8, 4>");
+  CHECK(four.threads == 640);
 }
 
 TEST_CASE("the routing check reports the first bad entry", "[indexed]") {

@@ -2,7 +2,7 @@
 //
 // Persistent and warp-specialized: warpgroup 0 is the producer (one thread issues tensor copies of the
 // activation tile and bulk copies of packed-weight and scale tiles into a STAGES-deep ring, each stage
-// completing on its `full` mbarrier); warpgroups 1 and 2 consume. A consumer dequantizes its weight rows
+// completing on its `full` mbarrier); the CONSUMERS other warpgroups (2 or 4) consume. A consumer dequantizes its weight rows
 // straight into wgmma A-operand registers (weights on wgmma M, BM tokens on wgmma N, the activation tile
 // read from shared memory by descriptor), so dequantized weights never go back to shared memory. Per K
 // block: issue the block's wgmmas and commit, then load and dequantize the next block into the other
@@ -34,17 +34,18 @@ struct Buffer {
   static constexpr int value = V;
 };
 
-template <int MODE, int N, int K, int EXPERTS, int BM, int SLICES, int BLOCK_K, int STAGES>
-__global__ void __launch_bounds__(kThreads, 1)
+template <int MODE, int N, int K, int EXPERTS, int BM, int SLICES, int BLOCK_K, int STAGES, int CONSUMERS>
+__global__ void __launch_bounds__(threads(CONSUMERS), 1)
     grouped_gemm_kernel(const __grid_constant__ TensorMap act_map, const uint32_t* __restrict__ packed,
                         const bf16* __restrict__ packed_scale, const int32_t* __restrict__ routing, int rows,
                         const IndexedRouting indexed, bf16* __restrict__ out) {
-  using Smem = GemmSmem<BM, SLICES, BLOCK_K, STAGES>;
+  using Smem = GemmSmem<BM, SLICES, BLOCK_K, STAGES, CONSUMERS>;
   using Mma = WgmmaRs<BM>;
   constexpr int kBlockN = Smem::kBlockN, kNBlocks = N / kBlockN, kKBlocks = K / BLOCK_K;
   constexpr int kSteps = BLOCK_K / 16, kGroups = BLOCK_K / kGroup, kChunks = BLOCK_K / 64;
   static_assert(BM % 8 == 0 && BM >= 8 && BM <= 256, "wgmma N is 8..256 in steps of 8");
   static_assert(N % kBlockN == 0 && K % BLOCK_K == 0, "shape must tile exactly");
+  static_assert(valid_consumers(CONSUMERS), "2 or 4 consumer warpgroups");
   static_assert(EXPERTS >= 1 && EXPERTS <= Scheduler<MODE, BM, kNBlocks, EXPERTS>::kMaxGroups, "experts");
 
   extern __shared__ uint8_t smem_raw[];
@@ -61,7 +62,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int s = 0; s < STAGES; ++s) {
       // Gathering: one cp.async arrival per producer thread, plus the expect-bytes arrival.
       mbarrier_init(&full[s], kGather ? 129 : 1);
-      mbarrier_init(&empty[s], 8);  // one arrival per consumer warp
+      mbarrier_init(&empty[s], 4 * CONSUMERS);  // one arrival per consumer warp
     }
     fence_barrier_init();
   }
@@ -74,9 +75,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     // The tile's packed slices and scales for K block kb, by bulk copies completing on `bar`.
     auto copy_weights = [&](uint8_t* stage, const Tile& t, int kb, uint64_t* bar) {
       uint8_t* w = stage + Smem::kActBytes;
-      for (int q = 0; q < 2 * SLICES; ++q) {
+      for (int q = 0; q < CONSUMERS * SLICES; ++q) {
         bulk_copy(w + q * (kSliceRows * BLOCK_K / 2),
-                  packed + slice_block_offset<N, K, BLOCK_K>(t.expert, t.n_block * 2 * SLICES + q, kb),
+                  packed + slice_block_offset<N, K, BLOCK_K>(t.expert, t.n_block * CONSUMERS * SLICES + q, kb),
                   kSliceRows * BLOCK_K / 2, bar);
       }
       uint8_t* sc = w + Smem::kWeightBytes;
@@ -151,7 +152,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     return;
   }
 
-  set_max_registers_increase<kConsumerRegisters>();
+  set_max_registers_increase<consumer_registers(CONSUMERS)>();
   const int consumer = warpgroup - 1, tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, t4 = lane % 4;
   // This thread's weight rows inside the tile: slice (consumer * SLICES + j), rows 16*warp + g (+8).
@@ -245,7 +246,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // K blocks the main loop ends on buffer 1, so there the next tile's first K block is waited for, loaded
   // and dequantized into buffer 0 under the tile's last wgmmas, before its epilogue (its ring stage is
   // free by then: every older stage is released). Long K keeps the plain loop (H200, v5 in bench/NOTES.md).
-  constexpr bool kLookAhead = kKBlocks % 2 == 0 && kKBlocks <= kMaxLookAheadKBlocks;
+  constexpr bool kLookAhead = kKBlocks % 2 == 0 && kKBlocks <= kShortTileKBlocks;
   constexpr int kVecPerRow = SLICES * kSliceRows / 8;
   constexpr int kStores = (BM * kVecPerRow + 127) / 128;  // 16-byte output stores per thread and tile
   int index = blockIdx.x;

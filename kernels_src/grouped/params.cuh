@@ -13,15 +13,24 @@ enum : int { kContiguous = 0, kMasked = 1, kIndexed = 2 };
 
 constexpr int kSliceRows = 64;  // weight rows of one wgmma (M)
 constexpr int kGroup = w4a16::kGroup;
-constexpr int kConsumers = 2;  // consumer warpgroups; warpgroup 0 produces
-constexpr int kThreads = 128 * (1 + kConsumers);
-constexpr int kProducerRegisters = 40;   // setmaxnreg of the producer warpgroup
-constexpr int kConsumerRegisters = 232;  // and of each consumer
+// Consumer warpgroups (warpgroup 0 produces): 2, or 4 for small token tiles, where twice the consumer
+// warps hide the dequant chains (each with half the registers).
+constexpr int kMinConsumers = 2, kMaxConsumers = 4;
+CHORD_HD constexpr bool valid_consumers(int consumers) { return consumers == 2 || consumers == 4; }
+CHORD_HD constexpr int threads(int consumers) { return 128 * (1 + consumers); }
+constexpr int kProducerRegisters = 40;  // setmaxnreg of the producer warpgroup
+// setmaxnreg of each consumer: what the producer's release leaves. The launch allocates
+// 65536 / threads rounded down to 8 per thread (168 with 2 consumers, 96 with 4); lowering the producer
+// to 40 frees 128 x (168 - 40) = 16384 = 256 x (232 - 168), or 128 x 56 = 7168 >= 512 x (104 - 96).
+CHORD_HD constexpr int consumer_registers(int consumers) { return consumers == 2 ? 232 : 104; }
 constexpr int kMaxExperts = w4a16::kMaxExperts;
 constexpr int kMinBlockM = 8, kMaxBlockM = 256;  // wgmma N: tokens per tile, a multiple of 8
 constexpr int kMaxSlices = 2;                    // 64-row slices per consumer
 constexpr int kMinStages = 2, kMaxStages = 16;
-constexpr int kMaxLookAheadKBlocks = 8;  // the main loop dequantizes the next tile's first K block up to here
+// A tile of at most this many K blocks is short: its fixed costs (pipeline restart, epilogue) weigh like
+// its wgmmas (TP down, K 256: 4 blocks). There the main loop dequantizes the next tile's first K block
+// under the last wgmmas, and the indexed prefill takes four consumer warpgroups (H200, bench/NOTES.md v5, v6).
+constexpr int kShortTileKBlocks = 8;
 constexpr int kSmemAlign = 1024;  // the kernel aligns its dynamic shared memory (128-byte swizzle atoms)
 
 // The packed layout each mode reads, and its K block (a stage holds one).
@@ -30,11 +39,11 @@ CHORD_HD constexpr w4a16::Layout layout_of_mode(int mode) {
 }
 CHORD_HD constexpr int block_k_of_mode(int mode) { return w4a16::block_k(layout_of_mode(mode)); }
 
-// Weight rows of a tile: both consumers' slices.
-CHORD_HD constexpr int block_n(int slices) { return kConsumers * slices * kSliceRows; }
+// Weight rows of a tile: every consumer's slices.
+CHORD_HD constexpr int block_n(int slices, int consumers) { return consumers * slices * kSliceRows; }
 
 // The dynamic shared memory (bytes from the 1024-aligned base): STAGES ring stages of [activation
-// tile | packed weights | scales], the two consumers' epilogue tiles, the full/empty barriers, the
+// tile | packed weights | scales], the consumers' epilogue tiles, the full/empty barriers, the
 // masked scheduler's prefix table [experts + 1].
 struct GemmSmemLayout {
   int act_chunk_bytes;  // BM rows x 64 BF16, 128-byte swizzled
@@ -42,30 +51,30 @@ struct GemmSmemLayout {
   int epilogue_pitch;  // BF16 per token row (+16 bytes: banks)
   int epilogue_bytes, barrier_offset, prefix_offset;
 };
-CHORD_HD constexpr GemmSmemLayout gemm_smem_layout(int bm, int slices, int block_k, int stages) {
+CHORD_HD constexpr GemmSmemLayout gemm_smem_layout(int bm, int slices, int block_k, int stages, int consumers) {
   GemmSmemLayout l{};
   l.act_chunk_bytes = bm * 128;
   l.act_bytes = block_k / 64 * l.act_chunk_bytes;
-  l.block_n = block_n(slices);
+  l.block_n = block_n(slices, consumers);
   l.weight_bytes = l.block_n * block_k / 2;
   l.scale_bytes = block_k / kGroup * l.block_n * 2;
   l.stage_bytes = (l.act_bytes + l.weight_bytes + l.scale_bytes + 1023) / 1024 * 1024;
   l.epilogue_pitch = slices * kSliceRows + 8;
-  l.epilogue_bytes = 2 * bm * l.epilogue_pitch * 2;
+  l.epilogue_bytes = consumers * bm * l.epilogue_pitch * 2;
   l.barrier_offset = stages * l.stage_bytes + l.epilogue_bytes;
   l.prefix_offset = l.barrier_offset + 2 * stages * 8;
   return l;
 }
-// What a launch of (mode, bm, slices, stages, experts) needs, the alignment slack included.
-CHORD_HD constexpr int gemm_smem_bytes(int mode, int bm, int slices, int stages, int experts) {
-  const GemmSmemLayout l = gemm_smem_layout(bm, slices, block_k_of_mode(mode), stages);
+// What a launch of (mode, bm, slices, stages, experts, consumers) needs, the alignment slack included.
+CHORD_HD constexpr int gemm_smem_bytes(int mode, int bm, int slices, int stages, int experts, int consumers) {
+  const GemmSmemLayout l = gemm_smem_layout(bm, slices, block_k_of_mode(mode), stages, consumers);
   return l.prefix_offset + (experts + 1) * 4 + kSmemAlign;
 }
 
 // The layout as the kernel names it.
-template <int BM, int SLICES, int BLOCK_K, int STAGES>
+template <int BM, int SLICES, int BLOCK_K, int STAGES, int CONSUMERS>
 struct GemmSmem {
-  static constexpr GemmSmemLayout kLayout = gemm_smem_layout(BM, SLICES, BLOCK_K, STAGES);
+  static constexpr GemmSmemLayout kLayout = gemm_smem_layout(BM, SLICES, BLOCK_K, STAGES, CONSUMERS);
   static constexpr int kActChunkBytes = kLayout.act_chunk_bytes;
   static constexpr int kActBytes = kLayout.act_bytes;
   static constexpr int kBlockN = kLayout.block_n;

@@ -72,7 +72,9 @@ void run_gemm(const char* op, GroupedMode mode, const void* a, int64_t rows, int
   // A dry run has no driver to encode with (and launches nothing).
   const CUtensorMap map = kernel.dry_run ? CUtensorMap{} : activation_map(a, rows, w.k, key.block_m);
   int64_t tiles = ctx.facts.sm_count;
-  if (mode == GroupedMode::kContiguous) tiles = ceil_div<int64_t>(rows, key.block_m) * (w.n / g::block_n(key.slices));
+  if (mode == GroupedMode::kContiguous) {
+    tiles = ceil_div<int64_t>(rows, key.block_m) * (w.n / g::block_n(key.slices, key.consumers));
+  }
   const auto grid = static_cast<uint32_t>(std::min<int64_t>(tiles, ctx.facts.sm_count));
   const chord::IndexedRouting unused{};  // the kernel's indexed mode only
   launch(ctx, kernel, {{grid, 1, 1}, stream}, map, w.packed, w.scale, routing, rows_param, unused, out);
@@ -86,16 +88,16 @@ KernelProgram grouped_gemm_program(std::string_view family, const GroupedShape& 
   }
   KernelProgram p;
   p.header = "grouped/gemm.cuh";
-  p.name_expression =
-      fmt::format("chord::grouped::grouped_gemm_kernel<{}, {}, {}, {}, {}, {}, {}, {}>", static_cast<int>(s.mode), s.n,
-                  s.k, s.experts, c.block_m, c.slices, heuristics::grouped_block_k(s.mode), c.stages);
-  p.threads = g::kThreads;
+  p.name_expression = fmt::format("chord::grouped::grouped_gemm_kernel<{}, {}, {}, {}, {}, {}, {}, {}, {}>",
+                                  static_cast<int>(s.mode), s.n, s.k, s.experts, c.block_m, c.slices,
+                                  heuristics::grouped_block_k(s.mode), c.stages, c.consumers);
+  p.threads = g::threads(c.consumers);
   p.dynamic_smem = static_cast<uint32_t>(heuristics::grouped_dynamic_smem(s, c));
   return p;
 }
 
 KernelProgram GroupedGemmFamily::program(const GroupedGemmKey& k) {
-  return grouped_gemm_program(kName, shape_of(k), {k.block_m, k.slices, k.stages});
+  return grouped_gemm_program(kName, shape_of(k), {k.block_m, k.slices, k.stages, k.consumers});
 }
 
 std::vector<GroupedGemmKey> GroupedGemmFamily::examples(const DeviceFacts& facts) {
@@ -120,8 +122,8 @@ GroupedGemmKey grouped_gemm_key(const GroupedShape& s, int64_t rows_hint, const 
       resolve_config(op, "CHORD_GROUPED_CONFIG", std::string(override_spec),
                      heuristics::select_grouped(s, rows_hint, facts), heuristics::apply_grouped_override,
                      [&](const GroupedConfig& cfg) { return heuristics::grouped_config_error(s, cfg, facts); });
-  return {
-      static_cast<int>(s.mode), static_cast<int>(s.n), static_cast<int>(s.k), s.experts, c.block_m, c.slices, c.stages};
+  return {static_cast<int>(s.mode), static_cast<int>(s.n), static_cast<int>(s.k), s.experts, c.block_m, c.slices, c.stages,
+          c.consumers};
 }
 
 void grouped_contiguous(const chord_grouped_contiguous_args_t& a, CUstream stream) {

@@ -71,7 +71,7 @@ KernelProgram IndexedPrefillFamily::program(const IndexedPrefillKey& k) {
   if (const std::string why = heuristics::indexed_shape_error(s); !why.empty()) {
     throw_error(CHORD_ERROR_INVALID_ARGUMENT, "{}: {}", kName, why);
   }
-  return grouped_gemm_program(kName, gathering_shape(s), {k.block_m, k.slices, k.stages});
+  return grouped_gemm_program(kName, gathering_shape(s), {k.block_m, k.slices, k.stages, k.consumers});
 }
 
 std::vector<IndexedPrefillKey> IndexedPrefillFamily::examples(const DeviceFacts& facts) {
@@ -108,7 +108,7 @@ IndexedPrefillKey indexed_prefill_key(const IndexedShape& s, int block_m, int64_
   if (const std::string why = heuristics::grouped_config_error(gathering_shape(s), c, facts); !why.empty()) {
     throw_error(CHORD_ERROR_INVALID_ARGUMENT, "indexed_gemm: block_m {} (layout WGMMA_K64): {}", block_m, why);
   }
-  return {static_cast<int>(s.n), static_cast<int>(s.k), s.experts, c.block_m, c.slices, c.stages};
+  return {static_cast<int>(s.n), static_cast<int>(s.k), s.experts, c.block_m, c.slices, c.stages, c.consumers};
 }
 
 IndexedDecodeKey indexed_decode_key(const IndexedShape& s, int block_m) {
@@ -195,7 +195,7 @@ void indexed_gemm(const chord_indexed_args_t& a, CUstream stream) {
     const LoadedKernel& kernel = IndexedPrefillFamily::kernel(key, ctx, stream);
     const chord::grouped::TensorMap unused_map{};  // the gathering mode loads activations itself
     const int32_t* no_rows = nullptr;
-    const int64_t tiles = capacity_blocks * (w.n / chord::grouped::block_n(key.slices));
+    const int64_t tiles = capacity_blocks * (w.n / chord::grouped::block_n(key.slices, key.consumers));
     const auto grid = static_cast<uint32_t>(std::min<int64_t>(tiles, ctx.facts.sm_count));
     launch(ctx, kernel, {{grid, 1, 1}, stream}, unused_map, w.packed, w.scale, no_rows, int32_t{0}, routing, a.out);
   } else {

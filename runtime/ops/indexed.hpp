@@ -14,19 +14,21 @@
 
 namespace chordrt::ops {
 
-// The grouped kernel in mode kIndexed (BLOCK_K 64): N, K, EXPERTS, BM (the routing's block_m), SLICES, STAGES.
+// The grouped kernel in mode kIndexed (BLOCK_K 64): N, K, EXPERTS, BM (the routing's block_m), SLICES, STAGES,
+// CONSUMERS.
 struct IndexedPrefillKey {
-  int n, k, experts, block_m, slices, stages;
+  int n, k, experts, block_m, slices, stages, consumers;
 };
 struct IndexedPrefillFamily : JitFamily<IndexedPrefillFamily, IndexedPrefillKey> {
   static constexpr std::string_view kName = "indexed.prefill";
-  static constexpr std::array<KeyField<IndexedPrefillKey>, 6> kFields{{
-      {"n", &IndexedPrefillKey::n, chord::grouped::block_n(1), chord::w4a16::kMaxDim},
+  static constexpr std::array<KeyField<IndexedPrefillKey>, 7> kFields{{
+      {"n", &IndexedPrefillKey::n, chord::grouped::block_n(1, chord::grouped::kMinConsumers), chord::w4a16::kMaxDim},
       {"k", &IndexedPrefillKey::k, chord::grouped::block_k_of_mode(chord::grouped::kIndexed), chord::w4a16::kMaxDim},
       {"experts", &IndexedPrefillKey::experts, 1, chord::indexed::kMaxExperts},
       {"block_m", &IndexedPrefillKey::block_m, chord::grouped::kMinBlockM, chord::grouped::kMaxBlockM},
       {"slices", &IndexedPrefillKey::slices, 1, chord::grouped::kMaxSlices},
       {"stages", &IndexedPrefillKey::stages, chord::grouped::kMinStages, chord::grouped::kMaxStages},
+      {"consumers", &IndexedPrefillKey::consumers, chord::grouped::kMinConsumers, chord::grouped::kMaxConsumers},
   }};
   static KernelProgram program(const IndexedPrefillKey& k);
   static std::vector<IndexedPrefillKey> examples(const DeviceFacts& facts);

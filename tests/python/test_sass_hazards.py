@@ -89,15 +89,20 @@ def test_the_walk_flags_a_hoisted_conversion():
 def _small_descriptors():
     # Odd shapes next to the Kimi ones: block_m 80 at K 512 is where ptxas serialized (C7514) before; K 256
     # (4 K blocks: the main loop dequantizes the next tile's first block before the epilogue) in the
-    # gathering mode at Kimi TP8 down's shape and in the contiguous mode.
+    # contiguous mode.
     out = []
     for mode, n, k, e, bm, slices, stages in [(1, 256, 512, 3, 80, 1, 6), (1, 384, 640, 5, 8, 1, 8),
                                               (0, 256, 576, 2, 64, 2, 4), (1, 4096, 7168, 48, 48, 2, 6),
                                               (0, 512, 256, 4, 128, 2, 6)]:
-        fields = {"mode": mode, "n": n, "k": k, "experts": e, "block_m": bm, "slices": slices, "stages": stages}
+        fields = {"mode": mode, "n": n, "k": k, "experts": e, "block_m": bm, "slices": slices, "stages": stages,
+                  "consumers": 2}
         out.append(json.dumps({"family": "grouped.gemm", "arch": "sm_90a", "fields": fields}))
-    fields = {"n": 7168, "k": 256, "experts": 384, "block_m": 96, "slices": 2, "stages": 7}
-    out.append(json.dumps({"family": "indexed.prefill", "arch": "sm_90a", "fields": fields}))
+    # The gathering mode at K 256, and with four consumer warpgroups (short and long K).
+    for n, k, e, bm, slices, stages, consumers in [(7168, 256, 384, 96, 2, 7, 2), (4096, 7168, 48, 40, 1, 8, 4),
+                                                   (7168, 256, 384, 64, 1, 6, 4)]:
+        fields = {"n": n, "k": k, "experts": e, "block_m": bm, "slices": slices, "stages": stages,
+                  "consumers": consumers}
+        out.append(json.dumps({"family": "indexed.prefill", "arch": "sm_90a", "fields": fields}))
     return out
 
 
