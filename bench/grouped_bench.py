@@ -13,8 +13,26 @@ the same weights dequantized to BF16, same process, graph-captured: torch._group
 rows with offs = cumulative row counts; masked: the 3-D batched form over [G, max_m, K], torch.bmm when
 that is unavailable). Accuracy: relative Frobenius error / cosine vs an FP32 reference on the first set,
 for chordrt and for the baseline. EP8 rows carry the issue's targets (pass / miss).
+Peer column (when `import humming` works: Humming, the W4A16 MoE library Chord is derived from; the bench imports
+the installed package, nothing of it is copied here; the code it shares with indexed_bench.py is in
+humming_peer.py): the same checkpoint tensors of each weight set converted by Humming itself as
+HummingLayer.transform() does (CompressedTensorsWeightSchema(pack-quantized, int4, group 32,
+symmetric).convert_humming(), prepare_layer_config, prepare_fp16_e8m0_scale, transform_humming_tensors), once per
+(EP, projection) for both modes; its grouped GEMMs through humming.forward.humming_forward with top_k 1 and no
+sorted_ids: contiguous = compute_config {"gemm_type": "grouped_contiguous"} on the same [E*rows, K] activations
+with expert_layout = each expert's first row [E+1] (int32: 0, rows, ..., E*rows), masked = {"gemm_type":
+"grouped_masked"} on the same [E*max_m, K] activations (expert e's rows start at e*max_m: Humming takes max_m as
+input rows / E) with expert_layout = tokens per expert [E] (the int32 tensor chordrt's masked call reads); its
+config from its own heuristics, humming.tune.get_heuristics_config(layer, shape_m=the point's valid rows (E *
+rows or tokens per expert), gemm_type=that gemm type) (see GroupedHummingPeer for why not E*max_m when masked);
+each point runs on the same input sets, outputs and weight-set rotation, its kernels compiled by an untimed first
+call, timed with the same CUDA-graph replays as chordrt, and checked against the same FP32 reference rows. Rows
+get peer_us {"humming": µs}, vs_peer {"humming": chordrt_us / peer_us} (< 1: chordrt faster), peer_error and
+peer_config (gemm type, shape_m, its tuning config and block size); a point where it fails gets peer_failed and
+the run goes on; without the package the column is left out (one line says so).
 Usage: grouped_bench.py [--json FILE | --out FILE] [--quick] [--eps 8,16,32] [--projections gate_up,down]
                         [--modes contiguous,masked] [--rows 128,256,512] [--tokens 8,16,32,64] [--budget-s S]
+                        [--no-baseline] [--no-peers]
        grouped_bench.py --profile "EP8,gate_up,masked,16"   (a few untimed calls, for ncu)
 Without --json / --out the result goes to bench/results/grouped_bench-<device>-<date><letter>.json.
 """
@@ -32,6 +50,8 @@ except ImportError:  # run from a checkout without PYTHONPATH=tools/python
     import chordrt
 from bench_common import write_result, ceilings, default_out, graph_time_us, int_list, sets_for
 from chordrt import moe_reference as mr
+from humming_peer import (HUMMING_LOCKS, announce_peer, heuristic_tuning, humming_call, humming_weight_sets,
+                          measure_peer, peers_field)
 from w4a16_weights import checkpoint_pool, dequant_bf16
 
 GLOBAL_EXPERTS = 384
@@ -51,6 +71,11 @@ TARGETS = {
     ("masked", "down"): {8: 104, 16: 106, 32: 118, 64: 170},
 }
 TARGET_EP = 8
+HUMMING_GEMM_TYPE = {"contiguous": "grouped_contiguous", "masked": "grouped_masked"}
+PEER_TIMING = ("humming.forward.humming_forward alone (grouped_contiguous GEMM with expert_layout = expert first-row "
+               "offsets [E+1], grouped_masked GEMM with expert_layout = tokens per expert [E] over the same E*max_m "
+               "rows; its heuristic config for the point's valid rows) on the same input sets, outputs and "
+               "weight-set rotation as chordrt; its kernels compiled by an untimed first call")
 
 
 def target_for(ep, mode, proj, per_expert):
@@ -82,7 +107,7 @@ class Point:
 
     def __init__(self, mode, experts, n, k, per_expert, n_sets):
         dev = torch.device("cuda")
-        self.mode, self.per_expert = mode, per_expert
+        self.mode, self.experts, self.per_expert = mode, experts, per_expert
         self.sets = []
         if mode == "contiguous":
             self.max_m = None
@@ -113,6 +138,61 @@ class Point:
         if self.mode == "contiguous":
             return lambda: chordrt.grouped_contiguous(a, weight, routing, out=out)
         return lambda: chordrt.grouped_masked(a, weight, routing, self.per_expert, out=out)
+
+
+class GroupedHummingPeer:
+    """Humming's grouped GEMM on one point (humming/ops/gemm.py, csrc/launcher/tensor.h check_tensor_moe,
+    include/humming/scheduler.cuh): the point's activations, outputs and weight-set rotation, top_k 1, no
+    sorted_ids / expert_ids / num_tokens_padded.
+
+    contiguous: gemm_type "grouped_contiguous", expert_layout = each expert's first row and the end, [E+1] int32
+      (0, rows, 2 rows, ..., E * rows: its testing/data.py builds the same from token counts, int32 or int64);
+    masked: gemm_type "grouped_masked", the same [E * max_m, K] input (its kernel starts expert e at row
+      e * (input rows / E), and checks that E divides the rows), expert_layout = tokens per expert [E] int32: the
+      very tensor chordrt's grouped_masked reads. Masked rows past an expert's tokens are read by neither check.
+    The layout tensors are built outside the timed graph, as chordrt's routing is."""
+
+    def __init__(self, point, weights):
+        self.point = point
+        self.weights = weights  # [(LayerConfig, tensors)] per weight set
+        self.gemm_type = HUMMING_GEMM_TYPE[point.mode]
+        self.compute = {"gemm_type": self.gemm_type}
+        # shape_m for its heuristics: the point's valid rows, E * (rows or tokens per expert), in both modes.
+        # Humming's SM90 heuristics read shape_m as the routed rows spread over the layer's experts
+        # (DeviceHeuristics.get_expert_rows: a multinomial draw of shape_m rows over num_experts), and its kernel
+        # tests (testing/runner.py prepare_kernels) pick their heuristic config with shape_m * top_k, the routed
+        # rows, for every MoE gemm type, masked included; E * expert_max_tokens is only the masked input's row
+        # count there (effective_shape_m), as E * max_m is here (it is also what its launcher would compare with
+        # the ranges of a config list if the caller passed no valid_shape_m). The masked kernel walks only
+        # ceil(tokens_e / block_m) tiles per expert: shape_m = E * max_m would size its tiles for 128+ rows per
+        # expert where 8-64 are there. Contiguous: E * rows is also the input's row count. chordrt's masked call
+        # is given the same number per expert (expected_m = the tokens per expert).
+        self.shape_m = point.valid_rows
+        self.tuning = heuristic_tuning(weights[0][0], self.shape_m, self.gemm_type)
+        self.block_m = int(self.tuning["block_shape"][0])
+        dev = point.sets[0][0].device
+        self.locks = torch.zeros(HUMMING_LOCKS, dtype=torch.int32, device=dev)
+        if point.mode == "contiguous":  # point.offs: cumulative rows [E] int32 (the baseline's offs)
+            self.layouts = [torch.cat([torch.zeros(1, dtype=torch.int32, device=dev), point.offs])] * len(point.sets)
+            if self.layouts[0][-1].item() != point.sets[0][0].shape[0]:
+                raise RuntimeError("humming expert_layout: the last offset is not the input's row count")
+        else:
+            self.layouts = [routing for _, routing, _ in point.sets]  # tokens per expert [E] int32
+
+    def call(self, i):
+        a, _, out = self.point.sets[i]
+        config, t = self.weights[i % len(self.weights)]
+        # valid_shape_m: the rows it was tuned for (a single tuning config covers every m: no effect on the launch)
+        return humming_call(config, t, a, out, self.compute, self.tuning, self.locks, expert_layout=self.layouts[i],
+                            top_k=1, valid_shape_m=self.shape_m)
+
+    def describe(self):
+        e, per = self.point.experts, self.point.per_expert
+        return {"gemm_type": self.gemm_type, "shape_m": self.shape_m, "block_m": self.block_m,
+                "m_blocks": e * -(-per // self.block_m), "expert_layout": (
+                    f"first-row offsets [{e + 1}] int32" if self.point.mode == "contiguous" else
+                    f"tokens per expert [{e}] int32, input rows {e} x {self.point.max_m}"),
+                "b_dtype": str(self.weights[0][0].b_dtype), "tuning": self.tuning}
 
 
 class Baseline:
@@ -153,8 +233,16 @@ def weight_sets_for(experts, n, k, quick):
     return max(1 if quick else 2, min(sets_for(per_set, limit=4), POOL_EXPERTS // experts))
 
 
+def peer_humming(point, hweights, ref, n_isets, replays, rounds, row):
+    """Humming's time, error and config on the point's sets into row (the column is left out if it fails)."""
+    out = point.sets[0][2]
+    return measure_peer(row, lambda: GroupedHummingPeer(point, hweights), out, lambda: error_vs(ref, out.float()),
+                        n_isets, replays, rounds)
+
+
 def bench_group(ep, proj, pool, modes, rows_list, tokens_list, ceil, args, deadline, skipped):
-    """All points of one (EP, projection): weight sets packed per mode, BF16 copies for the baseline."""
+    """All points of one (EP, projection): weight sets packed per mode, BF16 copies for the baseline, Humming's
+    conversion of them (one for both modes: its layout does not depend on the gemm type)."""
     n, k = PROJECTIONS[proj]
     experts = GLOBAL_EXPERTS // ep
     words, scale = pool
@@ -162,6 +250,7 @@ def bench_group(ep, proj, pool, modes, rows_list, tokens_list, ceil, args, deadl
     n_isets = -(-max(INPUT_SETS, n_wsets) // n_wsets) * n_wsets
     wsets = [(words[s * experts:(s + 1) * experts], scale[s * experts:(s + 1) * experts]) for s in range(n_wsets)]
     bf16 = None if args.no_baseline else [dequant_bf16(w, s) for w, s in wsets]
+    hweights = None if args.no_peers else humming_weight_sets(wsets, n, k, f"EP{ep} {proj}")
     replays, rounds = (20, 5) if args.quick else (30, 7)
     rows = []
     for mode in modes:
@@ -201,6 +290,7 @@ def bench_group(ep, proj, pool, modes, rows_list, tokens_list, ceil, args, deadl
                     replays, rounds)
                 row["speedup_vs_baseline"] = row["baseline_us"] / us
                 row["baseline_error"] = error_vs(ref, baseline.run(point, a, bf16[0]).float())
+            peer_text = "" if hweights is None else peer_humming(point, hweights, ref, n_isets, replays, rounds, row)
             rows.append(row)
             verdict = "-" if target is None else ("pass" if row["target_met"] else "MISS")
             print(f"EP{ep:<2} {proj:<7} {mode:<10} {per_expert:>3}/expert {us:9.1f} us "
@@ -209,11 +299,11 @@ def bench_group(ep, proj, pool, modes, rows_list, tokens_list, ceil, args, deadl
                   f"{row.get('baseline', 'baseline')} {row.get('baseline_us', float('nan')):9.1f} us "
                   f"x{row.get('speedup_vs_baseline', float('nan')):5.2f}  target "
                   f"{'-' if target is None else f'<= {target}'} {verdict}  "
-                  f"err {row['chordrt_error']['rel_err']:.2e}", flush=True)
+                  f"err {row['chordrt_error']['rel_err']:.2e}{peer_text}", flush=True)
             point = ref = None  # free this point's sets before the next one's
         packed = None
         torch.cuda.empty_cache()
-    bf16 = None
+    bf16 = hweights = None
     torch.cuda.empty_cache()
     return rows
 
@@ -244,6 +334,7 @@ def main():
     ap.add_argument("--budget-s", type=float, default=0,
                     help="wall-clock budget in seconds (0 = none): points past it are skipped and listed")
     ap.add_argument("--no-baseline", action="store_true", help="skip the PyTorch baseline")
+    ap.add_argument("--no-peers", action="store_true", help="skip the peer column (Humming) even when installed")
     args = ap.parse_args()
     torch.manual_seed(0)
     if args.profile:
@@ -266,6 +357,7 @@ def main():
     ceil = ceilings()
     print(f"ceilings: copy {ceil['copy_tbps']:.2f} TB/s, stream read {ceil['stream_read_tbps']:.2f} TB/s, "
           f"dense BF16 {ceil['dense_bf16_tflops']:.0f} TFLOP/s", flush=True)
+    announce_peer(args.no_peers)
     rows, skipped = [], []
     pools = {}
     for proj in projections:
@@ -284,6 +376,7 @@ def main():
     write_result(
         out_path, args, ceil, start, rows, skipped,
         targets={f"{m}/{p}": t for (m, p), t in TARGETS.items()},
+        peers=peers_field(args.no_peers, PEER_TIMING),
     )
 
 

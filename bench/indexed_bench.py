@@ -21,9 +21,10 @@ only the grouped GEMM is timed). Accuracy: relative Frobenius error / cosine vs 
 first set, over the written rows (at most ACCURACY_ROWS routes, spread over the experts), for chordrt and
 for the baseline. Every point carries the issue's target (pass / miss).
 Peer column (when `import humming` works: Humming, the W4A16 MoE library Chord is derived from; the bench
-imports the installed package, nothing of it is copied here): the same checkpoint tensors of each weight set
-converted by Humming itself as HummingLayer.transform() does (CompressedTensorsWeightSchema(pack-quantized, int4,
-group 32, symmetric).convert_humming(), prepare_layer_config, prepare_fp16_e8m0_scale, transform_humming_tensors);
+imports the installed package, nothing of it is copied here; the code it shares with grouped_bench.py is in
+humming_peer.py): the same checkpoint tensors of each weight set converted by Humming itself as
+HummingLayer.transform() does (CompressedTensorsWeightSchema(pack-quantized, int4, group 32,
+symmetric).convert_humming(), prepare_layer_config, prepare_fp16_e8m0_scale, transform_humming_tensors);
 its config from its own heuristics, humming.tune.get_heuristics_config(layer, shape_m=the routes expected locally
 (the number chordrt's indexed_block_m gets), gemm_type="indexed"); vLLM routing at that config's block_shape[0]
 built over the local experts only (see HummingPeer: its kernel has no check for expert id -1); each point calls
@@ -39,7 +40,6 @@ Usage: indexed_bench.py [--json FILE | --out FILE] [--quick] [--cases EP8/prefil
 Without --json / --out the result goes to bench/results/indexed_bench-<device>-<date><letter>.json.
 """
 import argparse
-import json
 import math
 import pathlib
 import statistics
@@ -56,18 +56,9 @@ except ImportError:  # run from a checkout without PYTHONPATH=tools/python
     import chordrt
 from bench_common import write_result, ceilings, default_out, graph_time_us, int_list, sets_for
 from chordrt import moe_reference as mr
+from humming_peer import (HUMMING_LOCKS, HUMMING_MISSING, announce_peer, heuristic_tuning, humming_call,
+                          humming_weight_sets, humming_weights, measure_peer, peers_field)
 from w4a16_weights import checkpoint_pool, dequant_bf16
-
-try:  # the optional peer: an installed humming-kernels package (the wheel: shared/peers/README.md)
-    import humming
-    from humming.forward import humming_forward
-    from humming.schema import CompressedTensorsWeightSchema
-    from humming.transform import prepare_fp16_e8m0_scale, prepare_layer_config, transform_humming_tensors
-    from humming.tune import get_heuristics_config
-    HUMMING_MISSING = None
-except Exception as err:  # ImportError, or its native libraries / device probe failing at import
-    humming = None
-    HUMMING_MISSING = f"{type(err).__name__}: {err}"
 
 TOP_K = 8
 PREFILL_TOKENS = (1024, 2048, 4096, 8192, 16384)
@@ -83,7 +74,6 @@ PEER_TIMING = ("humming.forward.humming_forward alone (indexed GEMM, its heurist
                "the local experts only (no -1 expert blocks) at the config's block_shape[0], built outside the timed "
                "graph; its kernels compiled by an untimed first call")
 HUMMING_COMPUTE = {"gemm_type": "indexed"}
-HUMMING_LOCKS = 2048  # Stream-K locks as HummingLayer allocates them: zeroed once (a tile's last slice resets its lock)
 
 
 @dataclass(frozen=True)
@@ -198,23 +188,6 @@ class Point:
                                             self.block_m, out=s.out)
 
 
-def humming_weights(words, scale, n, k):
-    """One weight set converted by Humming itself, the way HummingLayer.transform() does for a compressed-tensors
-    layer with BF16 activations: the checkpoint's int32 weight_packed [E, N, K/8] (stored nibble = q + 8) and BF16
-    weight_scale [E, N, K/32] -> (LayerConfig, the kernel's tensors: weight, weight_scale, ...)."""
-    experts = words.shape[0]
-    schema = CompressedTensorsWeightSchema(format="pack-quantized", type="int", num_bits=4, strategy="group",
-                                           group_size=32, symmetric=True)
-    # convert_symmetric_integer=True as transform() sets it for floating-point activations
-    hschema, tensors = schema.convert_humming({"weight_packed": words, "weight_scale": scale}, shape_n_stacks=[n],
-                                              shape_k_stacks=[k], param_dtype=torch.bfloat16, num_experts=experts,
-                                              device=words.device, convert_symmetric_integer=True)
-    config = prepare_layer_config(shape_n=n, shape_k=k, weight_schema=hschema, num_experts=experts,
-                                  torch_dtype=torch.bfloat16, device=words.device, tensors=tensors)
-    config, tensors = prepare_fp16_e8m0_scale(config, tensors)
-    return config, transform_humming_tensors(config, tensors)
-
-
 def local_routing(local_ids, experts, block_m):
     """vLLM's moe_align_block_size contract over local expert ids, in plain torch (untimed): routes whose id is
     outside [0, experts) are dropped; each expert's routes in ascending route id, padded to a multiple of
@@ -258,7 +231,7 @@ class HummingPeer:
         # Its own heuristics, for the routes this GPU's experts are expected to receive (what chordrt's
         # indexed_block_m is given). A JSON copy of the dict Humming lru-caches: what humming_forward makes of it
         self.shape_m = point.routed_rows
-        self.tuning = json.loads(json.dumps(get_heuristics_config(config, shape_m=self.shape_m, gemm_type="indexed")))
+        self.tuning = heuristic_tuning(config, self.shape_m, HUMMING_COMPUTE["gemm_type"])
         self.block_m = int(self.tuning["block_shape"][0])
         dev = point.sets[0].a.device
         self.locks = torch.zeros(HUMMING_LOCKS, dtype=torch.int32, device=dev)
@@ -275,11 +248,8 @@ class HummingPeer:
     def call(self, i):
         s, (sorted_ids, expert_ids, post) = self.point.sets[i], self.routing[i]
         config, t = self.weights[i % len(self.weights)]
-        return lambda: humming_forward(config, s.a, t["weight"], weight_scale=t.get("weight_scale"),
-                                       zero_point=t.get("zero_point"), weight_scale_2=t.get("weight_scale_2"),
-                                       outputs=s.out, sorted_ids=sorted_ids, expert_ids=expert_ids,
-                                       num_tokens_padded=post, locks=self.locks, top_k=self.point.top_k,
-                                       compute_config=HUMMING_COMPUTE, tuning_config=self.tuning)
+        return humming_call(config, t, s.a, s.out, HUMMING_COMPUTE, self.tuning, self.locks, sorted_ids=sorted_ids,
+                            expert_ids=expert_ids, num_tokens_padded=post, top_k=self.point.top_k)
 
     def describe(self):
         return {"shape_m": self.shape_m, "block_m": self.block_m, "blocks": self.blocks,
@@ -333,26 +303,10 @@ def weight_sets_for(experts, n, k, quick):
 
 def peer_humming(case, point, hweights, want, picks, n_isets, replays, rounds, row):
     """Humming's time, error and config on the point's sets into row (the column is left out if it fails)."""
-    try:
-        peer = HummingPeer(case, point, hweights)
-        s0 = point.sets[0]
-        s0.out.fill_(float("nan"))
-        torch.cuda.synchronize()
-        start = time.monotonic()
-        peer.call(0)()  # compiles its kernel (NVRTC) outside any timing
-        torch.cuda.synchronize()
-        first_call_s = time.monotonic() - start
-        error = mr.error_stats(torch, s0.out[s0.routes[picks]].float(), want)
-        us = graph_time_us([peer.call(i) for i in range(n_isets)], replays, rounds)
-    except Exception as err:  # a peer's failure costs its column, not the run (a device fault still ends it)
-        row["peer_failed"] = {"humming": f"{type(err).__name__}: {err}"}
-        return f"  humming FAILED ({type(err).__name__}: {err})"
-    row["peer_us"] = {"humming": us}
-    row["vs_peer"] = {"humming": row["chordrt_us"] / us}
-    row["peer_error"] = {"humming": error}
-    row["peer_config"] = {"humming": {**peer.describe(), "first_call_s": first_call_s}}
-    return (f"  humming bm {peer.block_m:>3} {us:8.1f} us chordrt/humming {row['vs_peer']['humming']:5.2f} "
-            f"err {error['rel_err']:.2e}")
+    s0 = point.sets[0]
+    return measure_peer(row, lambda: HummingPeer(case, point, hweights), s0.out,
+                        lambda: mr.error_stats(torch, s0.out[s0.routes[picks]].float(), want), n_isets, replays,
+                        rounds)
 
 
 def bench_point(case, proj, tokens, packed, wsets, bf16, n_isets, ceil, replays, rounds, block_m=None,
@@ -420,16 +374,7 @@ def bench_group(case, proj, tokens_list, ceil, args, deadline, skipped):
     wsets = [(words[s * e:(s + 1) * e], scale[s * e:(s + 1) * e]) for s in range(n_wsets)]
     packed = [chordrt.w4a16_pack(w, s, case.layout) for w, s in wsets]
     bf16 = None if args.no_baseline else [dequant_bf16(w, s) for w, s in wsets]
-    hweights = None
-    if humming is not None and not args.no_peers:
-        try:
-            hweights = [humming_weights(w, s, n, k) for w, s in wsets]
-            if len({c.to_str() for c, _ in hweights}) != 1:
-                raise RuntimeError("the weight sets converted to different layer configs")
-        except Exception as err:  # the group runs without the peer column
-            print(f"humming: {case.parallel} {case.phase} {proj}: weight conversion failed "
-                  f"({type(err).__name__}: {err}); no peer column", flush=True)
-            hweights = None
+    hweights = None if args.no_peers else humming_weight_sets(wsets, n, k, f"{case.parallel} {case.phase} {proj}")
     torch.cuda.synchronize()
     replays, rounds = (20, 5) if args.quick else (30, 7)
     rows = []
@@ -506,10 +451,7 @@ def main():
     ceil = ceilings()
     print(f"ceilings: copy {ceil['copy_tbps']:.2f} TB/s, stream read {ceil['stream_read_tbps']:.2f} TB/s, "
           f"dense BF16 {ceil['dense_bf16_tflops']:.0f} TFLOP/s", flush=True)
-    if humming is None:
-        print(f"humming not importable ({HUMMING_MISSING}): no peer column", flush=True)
-    elif args.no_peers:
-        print("--no-peers: no peer column", flush=True)
+    announce_peer(args.no_peers)
     rows, skipped = [], []
     for key in cases:
         case = by_key[key]
@@ -528,8 +470,7 @@ def main():
                        "layout": c.layout, "top_k": TOP_K, "shapes": c.shapes} for c in CASES},
         targets=TARGETS,
         baseline_timing=BASELINE_TIMING,
-        peers={"humming": None if humming is None or args.no_peers else
-               {"version": getattr(humming, "__version__", "unknown"), "timing": PEER_TIMING}},
+        peers=peers_field(args.no_peers, PEER_TIMING),
     )
 
 

@@ -170,6 +170,23 @@ def _gemm_section(title, intro, result, key_columns, extra_columns=()):
     return lines
 
 
+def _humming_columns(result):
+    """The Humming peer's sentence for the intro and its columns, for runs made with the peer installed (the
+    indexed and grouped benches' peer_us / vs_peer / peer_error fields); "" and none otherwise."""
+    if not any("humming" in r.get("peer_us", {}) for r in result["results"]):
+        return "", []
+    peer = result["peers"]["humming"]
+    text = (f" Peer: Humming {peer['version']} on the same checkpoint tensors (its own conversion and heuristic "
+            f"config), {peer['timing']}; chordrt ÷ Humming < 1: chordrt faster.")
+    failed = [r for r in result["results"] if "humming" in r.get("peer_failed", {})]
+    if failed:
+        text += f" Humming failed on {len(failed)} point(s) (— in its columns; the reasons are in the JSON)."
+    return text, [("Humming µs", "---:", lambda r: _fmt(r.get("peer_us", {}).get("humming"), ".1f")),
+                  ("chordrt ÷ Humming", "---:", lambda r: _fmt(r.get("vs_peer", {}).get("humming"), ".2f")),
+                  ("Humming rel err", "---:",
+                   lambda r: _fmt(r.get("peer_error", {}).get("humming", {}).get("rel_err"), ".2e"))]
+
+
 def grouped_section(path, gr):
     c = gr["ceilings"]
     intro = (f"Kimi K2 (384 experts) at EP8/16/32 (48/24/12 local experts), gate_up (N 4096, K 7168) and down "
@@ -183,7 +200,9 @@ def grouped_section(path, gr):
              f"{_targets_met(gr['results'])} met.")
     keys = [("EP", "---:", lambda r: f"{r['ep']}"), ("projection", "---", lambda r: r["projection"]),
             ("mode", "---", lambda r: r["mode"]), ("rows/expert", "---:", lambda r: f"{r['per_expert']}")]
-    return _gemm_section(f"## W4A16 grouped MoE GEMMs on {gr['device']} (`{path.name}`)", intro, gr, keys)
+    peer_text, peers = _humming_columns(gr)
+    return _gemm_section(f"## W4A16 grouped MoE GEMMs on {gr['device']} (`{path.name}`)", intro + peer_text, gr,
+                         keys, peers)
 
 
 def indexed_section(path, ix):
@@ -206,16 +225,9 @@ def indexed_section(path, ix):
             ("local routes", "---:", lambda r: f"{r['local_routes']:.0f}"),
             ("block_m", "---:", lambda r: f"{r['block_m']}"),
             ("blocks / expected", "---:", lambda r: f"{r['actual_blocks']:.1f} / {r['expected_blocks']:.1f}")]
-    peers = []
-    if any("humming" in r.get("peer_us", {}) for r in ix["results"]):  # runs with the Humming peer installed
-        intro += (f" Peer: Humming {ix['peers']['humming']['version']} on the same checkpoint tensors (its own "
-                  f"conversion and heuristic config), {ix['peers']['humming']['timing']}; chordrt ÷ Humming < 1: "
-                  f"chordrt faster.")
-        peers = [("Humming µs", "---:", lambda r: _fmt(r.get("peer_us", {}).get("humming"), ".1f")),
-                 ("chordrt ÷ Humming", "---:", lambda r: _fmt(r.get("vs_peer", {}).get("humming"), ".2f")),
-                 ("Humming rel err", "---:",
-                  lambda r: _fmt(r.get("peer_error", {}).get("humming", {}).get("rel_err"), ".2e"))]
-    return _gemm_section(f"## W4A16 indexed MoE GEMMs on {ix['device']} (`{path.name}`)", intro, ix, keys, peers)
+    peer_text, peers = _humming_columns(ix)
+    return _gemm_section(f"## W4A16 indexed MoE GEMMs on {ix['device']} (`{path.name}`)", intro + peer_text, ix,
+                         keys, peers)
 
 
 def _mla_target_cell(r):
