@@ -12,7 +12,8 @@ rows only); fractions of the same run's dense BF16 GEMM rate and streaming-read 
 the same weights dequantized to BF16, same process, graph-captured: torch._grouped_mm (contiguous: 2-D
 rows with offs = cumulative row counts; masked: the 3-D batched form over [G, max_m, K], torch.bmm when
 that is unavailable). Accuracy: relative Frobenius error / cosine vs an FP32 reference on the first set,
-for chordrt and for the baseline. EP8 rows carry the issue's targets (pass / miss).
+for chordrt and for the baseline. Every point is judged against issue 15's goal (w4a16_goals.grouped_goal; the
+row's "goal" field).
 Peer column (when `import humming` works: Humming, the W4A16 MoE library Chord is derived from; the bench imports
 the installed package, nothing of it is copied here; the code it shares with indexed_bench.py is in
 humming_peer.py): the same checkpoint tensors of each weight set converted by Humming itself as
@@ -52,6 +53,7 @@ from bench_common import write_result, ceilings, default_out, graph_time_us, int
 from chordrt import moe_reference as mr
 from humming_peer import (HUMMING_LOCKS, announce_peer, heuristic_tuning, humming_call, humming_weight_sets,
                           measure_peer, peers_field)
+import w4a16_goals
 from w4a16_weights import checkpoint_pool, dequant_bf16
 
 GLOBAL_EXPERTS = 384
@@ -63,23 +65,11 @@ ROWS = (128, 256, 512)  # contiguous rows per expert
 TOKENS = (8, 16, 32, 64)  # masked tokens per expert
 POOL_EXPERTS = 96  # generated per projection: weight sets are disjoint slices of it
 INPUT_SETS = 3  # at least; rounded up to a multiple of the weight sets
-# The issue's targets (µs), EP8 only: (mode, projection) -> {rows or tokens per expert: µs}
-TARGETS = {
-    ("contiguous", "gate_up"): {128: 575, 256: 1145, 512: 2230},
-    ("contiguous", "down"): {128: 290, 256: 575, 512: 1100},
-    ("masked", "gate_up"): {8: 207, 16: 210, 32: 235, 64: 330},
-    ("masked", "down"): {8: 104, 16: 106, 32: 118, 64: 170},
-}
-TARGET_EP = 8
 HUMMING_GEMM_TYPE = {"contiguous": "grouped_contiguous", "masked": "grouped_masked"}
 PEER_TIMING = ("humming.forward.humming_forward alone (grouped_contiguous GEMM with expert_layout = expert first-row "
                "offsets [E+1], grouped_masked GEMM with expert_layout = tokens per expert [E] over the same E*max_m "
                "rows; its heuristic config for the point's valid rows) on the same input sets, outputs and "
                "weight-set rotation as chordrt; its kernels compiled by an untimed first call")
-
-
-def target_for(ep, mode, proj, per_expert):
-    return TARGETS.get((mode, proj), {}).get(per_expert) if ep == TARGET_EP else None
 
 
 def reference_rows(a, words, scale, expert_rows):
@@ -264,7 +254,6 @@ def bench_group(ep, proj, pool, modes, rows_list, tokens_list, ceil, args, deadl
             point = Point(mode, experts, n, k, per_expert, n_isets)
             torch.cuda.synchronize()
             us = graph_time_us([point.chord_call(i, packed[i % n_wsets]) for i in range(n_isets)], replays, rounds)
-            target = target_for(ep, mode, proj, per_expert)
             row = {
                 "ep": ep, "experts": experts, "projection": proj, "n": n, "k": k, "mode": mode,
                 "per_expert": per_expert, "max_m": point.max_m,
@@ -272,7 +261,6 @@ def bench_group(ep, proj, pool, modes, rows_list, tokens_list, ceil, args, deadl
                 "valid_rows": point.valid_rows, "weight_sets": n_wsets, "input_sets": n_isets,
                 "bytes": point.bytes, "flops": point.flops, "chordrt_us": us,
                 "chordrt_tflops": point.flops / us / 1e6, "chordrt_tbps": point.bytes / us / 1e6,
-                "target_us": target, "target_met": None if target is None else us <= target,
             }
             row["fraction_of_dense_bf16"] = row["chordrt_tflops"] / ceil["dense_bf16_tflops"]
             row["fraction_of_stream_read"] = row["chordrt_tbps"] / ceil["stream_read_tbps"]
@@ -292,14 +280,14 @@ def bench_group(ep, proj, pool, modes, rows_list, tokens_list, ceil, args, deadl
                 row["baseline_error"] = error_vs(ref, baseline.run(point, a, bf16[0]).float())
             peer_text = "" if hweights is None else peer_humming(point, hweights, ref, n_isets, replays, rounds, row)
             rows.append(row)
-            verdict = "-" if target is None else ("pass" if row["target_met"] else "MISS")
+            row["goal"] = w4a16_goals.grouped_goal(row)
             print(f"EP{ep:<2} {proj:<7} {mode:<10} {per_expert:>3}/expert {us:9.1f} us "
                   f"{row['chordrt_tflops']:6.1f} TFLOP/s ({100 * row['fraction_of_dense_bf16']:3.0f}% dense) "
                   f"{row['chordrt_tbps']:5.2f} TB/s ({100 * row['fraction_of_stream_read']:3.0f}% read)  "
                   f"{row.get('baseline', 'baseline')} {row.get('baseline_us', float('nan')):9.1f} us "
-                  f"x{row.get('speedup_vs_baseline', float('nan')):5.2f}  target "
-                  f"{'-' if target is None else f'<= {target}'} {verdict}  "
-                  f"err {row['chordrt_error']['rel_err']:.2e}{peer_text}", flush=True)
+                  f"x{row.get('speedup_vs_baseline', float('nan')):5.2f}  "
+                  f"err {row['chordrt_error']['rel_err']:.2e}{peer_text}  goal {w4a16_goals.describe(row['goal'])}",
+                  flush=True)
             point = ref = None  # free this point's sets before the next one's
         packed = None
         torch.cuda.empty_cache()
@@ -325,7 +313,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--json", "--out", dest="out", help="result file (default: bench/results/grouped_bench-...)")
     ap.add_argument("--profile", help="EPx,PROJECTION,MODE,ROWS: run that case a few times, untimed")
-    ap.add_argument("--quick", action="store_true", help="EP8 only (the targets), fewer replays and weight sets")
+    ap.add_argument("--quick", action="store_true", help="EP8 only (Chord's published points), fewer replays and weight sets")
     ap.add_argument("--eps", help="comma-separated EP degrees (default 8,16,32; 8 with --quick)")
     ap.add_argument("--projections", default=",".join(PROJECTIONS), help="comma-separated subset of gate_up,down")
     ap.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of contiguous,masked")
@@ -370,12 +358,12 @@ def main():
                 continue
             rows += bench_group(ep, proj, pools[proj], modes, int_list(args.rows), int_list(args.tokens), ceil,
                                 args, deadline, skipped)
-    targeted = [r for r in rows if r["target_us"] is not None]
-    met = sum(r["target_met"] for r in targeted)
-    print(f"targets: {met}/{len(targeted)} met" + (f"; skipped (budget): {', '.join(skipped)}" if skipped else ""))
+    judged = [r for r in rows if r["goal"]["met"] is not None]
+    print(f"goals: {sum(r['goal']['met'] for r in judged)}/{len(judged)} points met" +
+          (f"; skipped (budget): {', '.join(skipped)}" if skipped else ""))
     write_result(
         out_path, args, ceil, start, rows, skipped,
-        targets={f"{m}/{p}": t for (m, p), t in TARGETS.items()},
+        chord_published=[{"mode": m, "projection": p, "ep": 8, "us": t} for (m, p), t in w4a16_goals.CHORD_GROUPED.items()],
         peers=peers_field(args.no_peers, PEER_TIMING),
     )
 

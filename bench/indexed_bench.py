@@ -19,7 +19,8 @@ Baseline on the same weights dequantized to BF16, same process, graph-captured: 
 the local routes grouped by expert (the permuted activation matrix and offs are built outside the graph:
 only the grouped GEMM is timed). Accuracy: relative Frobenius error / cosine vs an FP32 reference on the
 first set, over the written rows (at most ACCURACY_ROWS routes, spread over the experts), for chordrt and
-for the baseline. Every point carries the issue's target (pass / miss).
+for the baseline. Every point is judged against its goal (w4a16_goals.indexed_goal: issue 15 for prefill,
+issue 16 for decode; the row's "goal" field).
 Peer column (when `import humming` works: Humming, the W4A16 MoE library Chord is derived from; the bench
 imports the installed package, nothing of it is copied here; the code it shares with grouped_bench.py is in
 humming_peer.py): the same checkpoint tensors of each weight set converted by Humming itself as
@@ -58,6 +59,7 @@ from bench_common import write_result, ceilings, default_out, graph_time_us, int
 from chordrt import moe_reference as mr
 from humming_peer import (HUMMING_LOCKS, HUMMING_MISSING, announce_peer, heuristic_tuning, humming_call,
                           humming_weight_sets, humming_weights, measure_peer, peers_field)
+import w4a16_goals
 from w4a16_weights import checkpoint_pool, dequant_bf16
 
 TOP_K = 8
@@ -100,15 +102,6 @@ CASES = (
     # 160 / 400 routes uniformly over rank 0's 48 experts (a decode step sized by its local routes)
     Case("EP8", "decode", 48, 384, True, 48, "MMA", EP_SHAPES),
 )
-# The issue's targets (µs): "case/projection" -> {tokens in the step: µs}
-TARGETS = {
-    "EP8/prefill/gate_up": {1024: 285, 2048: 345, 4096: 490, 8192: 900, 16384: 1570},
-    "EP8/prefill/down": {1024: 148, 2048: 185, 4096: 265, 8192: 480, 16384: 845},
-    "TP8/prefill/gate_up": {1024: 286, 2048: 373, 4096: 510, 8192: 910, 16384: 1660},
-    "TP8/prefill/down": {1024: 206, 2048: 294, 4096: 420, 8192: 760, 16384: 1550},
-    "EP8/decode/gate_up": {20: 192, 50: 207},
-    "EP8/decode/down": {20: 96, 50: 104},
-}
 
 
 def expected_blocks(experts, routed_rows, block_m):
@@ -315,7 +308,6 @@ def bench_point(case, proj, tokens, packed, wsets, bf16, n_isets, ceil, replays,
     point = Point(case, proj, tokens, n_isets, block_m)
     torch.cuda.synchronize()
     us = graph_time_us([point.chord_call(i, packed[i % n_wsets]) for i in range(n_isets)], replays, rounds)
-    target = TARGETS.get(f"{case.key}/{proj}", {}).get(tokens)
     row = {
         "case": case.key, "parallel": case.parallel, "phase": case.phase, "layout": case.layout,
         "experts": case.experts, "global_experts": case.global_experts, "expert_map": case.expert_map,
@@ -327,7 +319,6 @@ def bench_point(case, proj, tokens, packed, wsets, bf16, n_isets, ceil, replays,
         "actual_blocks": point.mean("live_blocks"), "nonlocal_blocks": point.mean("nonlocal_blocks"),
         "weight_sets": n_wsets, "input_sets": n_isets, "bytes": point.bytes, "flops": point.flops,
         "chordrt_us": us, "chordrt_tflops": point.flops / us / 1e6, "chordrt_tbps": point.bytes / us / 1e6,
-        "target_us": target, "target_met": None if target is None else us <= target,
     }
     row["block_fill"] = point.local_routes / (row["actual_blocks"] * point.block_m)  # routes / padded slots
     row["fraction_of_dense_bf16"] = row["chordrt_tflops"] / ceil["dense_bf16_tflops"]
@@ -352,15 +343,14 @@ def bench_point(case, proj, tokens, packed, wsets, bf16, n_isets, ceil, replays,
                                                    want)
     peer_text = "" if hweights is None else peer_humming(case, point, hweights, want, picks, n_isets, replays,
                                                           rounds, row)
-    verdict = "-" if target is None else ("pass" if row["target_met"] else "MISS")
+    row["goal"] = w4a16_goals.indexed_goal(row)
     print(f"{case.parallel} {case.phase:<7} {proj:<7} {tokens:>5} tok bm {point.block_m:>3} "
           f"blocks {row['actual_blocks']:7.1f}/{row['expected_blocks']:7.1f} {us:8.1f} us "
           f"{row['chordrt_tflops']:6.1f} TFLOP/s ({100 * row['fraction_of_dense_bf16']:3.0f}% dense) "
           f"{row['chordrt_tbps']:5.2f} TB/s ({100 * row['fraction_of_stream_read']:3.0f}% read)  "
           f"{row.get('baseline', 'baseline')} {row.get('baseline_us', float('nan')):8.1f} us "
-          f"x{row.get('speedup_vs_baseline', float('nan')):5.2f}  target "
-          f"{'-' if target is None else f'<= {target}'} {verdict}  "
-          f"err {row['chordrt_error']['rel_err']:.2e}{peer_text}", flush=True)
+          f"x{row.get('speedup_vs_baseline', float('nan')):5.2f}  "
+          f"err {row['chordrt_error']['rel_err']:.2e}{peer_text}  goal {w4a16_goals.describe(row['goal'])}", flush=True)
     return row
 
 
@@ -461,14 +451,15 @@ def main():
                 continue
             rows += bench_group(case, proj, tokens_for[case.phase], ceil, args, deadline, skipped)
             torch.cuda.empty_cache()  # the group's pool, packed weights and BF16 copies are gone
-    targeted = [r for r in rows if r["target_us"] is not None]
-    met = sum(r["target_met"] for r in targeted)
-    print(f"targets: {met}/{len(targeted)} met" + (f"; skipped (budget): {', '.join(skipped)}" if skipped else ""))
+    judged = [r for r in rows if r["goal"]["met"] is not None]
+    print(f"goals: {sum(r['goal']['met'] for r in judged)}/{len(judged)} points met" +
+          (f"; skipped (budget): {', '.join(skipped)}" if skipped else ""))
     write_result(
         out_path, args, ceil, start, rows, skipped,
         cases={c.key: {"experts": c.experts, "global_experts": c.global_experts, "expert_map": c.expert_map,
                        "layout": c.layout, "top_k": TOP_K, "shapes": c.shapes} for c in CASES},
-        targets=TARGETS,
+        chord_published=[{"case": f"{p}/prefill", "projection": proj, "us": t}
+                         for (p, proj), t in w4a16_goals.CHORD_INDEXED.items()],
         baseline_timing=BASELINE_TIMING,
         peers=peers_field(args.no_peers, PEER_TIMING),
     )
