@@ -50,8 +50,9 @@ std::string grouped_config_error(const GroupedShape& s, const GroupedConfig& c, 
   }
   if (!g::valid_consumers(c.consumers)) return fmt::format("consumers must be 2 or 4, got {}", c.consumers);
   if (const int bn = g::block_n(c.slices, c.consumers); s.n < bn || s.n % bn != 0 || s.n > chord::w4a16::kMaxDim) {
-    return fmt::format("n must be a positive multiple of {} (the tile's rows, 64 * slices * consumers) up to {}, got {}",
-                       bn, chord::w4a16::kMaxDim, s.n);
+    return fmt::format(
+        "n must be a positive multiple of {} (the tile's rows, 64 * slices * consumers) up to {}, got {}", bn,
+        chord::w4a16::kMaxDim, s.n);
   }
   if (s.k < bk || s.k % bk != 0 || s.k > chord::w4a16::kMaxDim) {
     return fmt::format("k must be a positive multiple of {} (the mode's K block) up to {}, got {}", bk,
@@ -64,8 +65,9 @@ std::string grouped_config_error(const GroupedShape& s, const GroupedConfig& c, 
     return fmt::format("stages must be in [{}, {}], got {}", g::kMinStages, g::kMaxStages, c.stages);
   }
   if (const int regs = grouped_consumer_registers(s, c); regs > g::consumer_registers(c.consumers)) {
-    return fmt::format("block_m {} with {} slices needs ~{} registers per consumer thread (at most {} with {} consumers)",
-                       c.block_m, c.slices, regs, g::consumer_registers(c.consumers), c.consumers);
+    return fmt::format(
+        "block_m {} with {} slices needs ~{} registers per consumer thread (at most {} with {} consumers)", c.block_m,
+        c.slices, regs, g::consumer_registers(c.consumers), c.consumers);
   }
   if (const int64_t smem = grouped_dynamic_smem(s, c); smem > facts.max_smem_per_block_optin) {
     return fmt::format("needs {} bytes of shared memory (at most {})", smem, facts.max_smem_per_block_optin);

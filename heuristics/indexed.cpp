@@ -105,12 +105,13 @@ GroupedConfig select_indexed_prefill(const IndexedShape& s, int block_m, int64_t
   const int64_t blocks = std::max<int64_t>(std::min<int64_t>(routed_rows, s.experts), routed_rows / block_m);
   const bool short_tiles = s.k / grouped_block_k(GroupedMode::kIndexed) <= chord::grouped::kShortTileKBlocks;
   GroupedConfig c{block_m, 1, 2, 2};
-  for (const GroupedConfig& wide : {GroupedConfig{block_m, 1, 2, 4}, GroupedConfig{block_m, 2, 2, 2}}) {
-    const int64_t wide_n = chord::grouped::block_n(wide.slices, wide.consumers);
-    if ((wide.consumers == 2 || short_tiles) && s.n % wide_n == 0 &&
-        grouped_consumer_registers(g, wide) <= chord::grouped::consumer_registers(wide.consumers) &&
+  const GroupedConfig wide[] = {{block_m, 1, 2, 4}, {block_m, 2, 2, 2}};  // four consumers: short tiles only
+  for (int i = short_tiles ? 0 : 1; i < 2; ++i) {
+    const int64_t wide_n = chord::grouped::block_n(wide[i].slices, wide[i].consumers);
+    if (s.n % wide_n == 0 &&
+        grouped_consumer_registers(g, wide[i]) <= chord::grouped::consumer_registers(wide[i].consumers) &&
         blocks * (s.n / wide_n) >= facts.sm_count) {
-      c = wide;
+      c = wide[i];
       break;
     }
   }

@@ -77,8 +77,14 @@ TEST_CASE("every selected grouped config is a valid kernel", "[grouped]") {
           CHECK(chordrt::heuristics::grouped_config_error(s, c) == "");
           CHECK(c.stages >= 2);
           CHECK(chordrt::heuristics::grouped_dynamic_smem(s, c) <= 227 * 1024);
-          const GroupedGemmKey key{static_cast<int>(mode), static_cast<int>(n), static_cast<int>(k), experts,
-                                   c.block_m,           c.slices,            c.stages,            c.consumers};
+          const GroupedGemmKey key{static_cast<int>(mode),
+                                   static_cast<int>(n),
+                                   static_cast<int>(k),
+                                   experts,
+                                   c.block_m,
+                                   c.slices,
+                                   c.stages,
+                                   c.consumers};
           CHECK_NOTHROW(GroupedGemmFamily::family().program(GroupedGemmFamily::descriptor(kHopper, key)));
         }
       }
@@ -133,8 +139,7 @@ TEST_CASE("grouped shared memory matches a hand count of the kernel's layout", "
   CHECK(chordrt::heuristics::grouped_dynamic_smem({GroupedMode::kContiguous, 4096, 7168, 48}, {128, 2, 4}) ==
         contiguous);
   // The gathering mode keeps its rows' tokens in registers: the same layout.
-  CHECK(chordrt::heuristics::grouped_dynamic_smem({GroupedMode::kIndexed, 4096, 7168, 48}, {128, 2, 4}) ==
-        contiguous);
+  CHECK(chordrt::heuristics::grouped_dynamic_smem({GroupedMode::kIndexed, 4096, 7168, 48}, {128, 2, 4}) == contiguous);
   // Masked, BLOCK_K 128, block_m 16, 1 slice (128 rows), 3 stages, 12 experts: a stage 16 x 128 x 2 = 4096
   // + 128 x 128 / 2 = 8192 + 4 x 128 x 2 = 1024 -> 13312; epilogue 2 x 16 x 72 x 2 = 4608.
   CHECK(chordrt::heuristics::grouped_dynamic_smem({GroupedMode::kMasked, 7168, 2048, 12}, {16, 1, 3}) ==

@@ -2,14 +2,14 @@
 //
 // Persistent and warp-specialized: warpgroup 0 is the producer (one thread issues tensor copies of the
 // activation tile and bulk copies of packed-weight and scale tiles into a STAGES-deep ring, each stage
-// completing on its `full` mbarrier); the CONSUMERS other warpgroups (2 or 4) consume. A consumer dequantizes its weight rows
-// straight into wgmma A-operand registers (weights on wgmma M, BM tokens on wgmma N, the activation tile
-// read from shared memory by descriptor), so dequantized weights never go back to shared memory. Per K
-// block: issue the block's wgmmas and commit, then load and dequantize the next block into the other
-// register buffer while they run (wait<1> frees the older buffer and its ring stage). Dequant is exact per
-// element: 0x4300 | nibble is 128 + nibble in BF16, minus 136 gives q, times the group's BF16 scale gives
-// RN(q * s), the unfused BF16 rounding. FP32 accumulators; the epilogue goes through shared memory to
-// 16-byte row stores of the valid rows only.
+// completing on its `full` mbarrier); the CONSUMERS other warpgroups (2 or 4) consume. A consumer
+// dequantizes its weight rows straight into wgmma A-operand registers (weights on wgmma M, BM tokens on
+// wgmma N, the activation tile read from shared memory by descriptor), so dequantized weights never go
+// back to shared memory. Per K block: issue the block's wgmmas and commit, then load and dequantize the
+// next block into the other register buffer while they run (wait<1> frees the older buffer and its ring
+// stage). Dequant is exact per element: 0x4300 | nibble is 128 + nibble in BF16, minus 136 gives q,
+// times the group's BF16 scale gives RN(q * s), the unfused BF16 rounding. FP32 accumulators; the
+// epilogue goes through shared memory to 16-byte row stores of the valid rows only.
 //
 // Indexed mode (the W4A16 indexed family's prefill profile) gathers instead: the activation rows of a
 // tile are routes of vLLM's sorted routing, so all four producer warps copy them with cp.async (16 bytes

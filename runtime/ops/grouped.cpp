@@ -88,9 +88,9 @@ KernelProgram grouped_gemm_program(std::string_view family, const GroupedShape& 
   }
   KernelProgram p;
   p.header = "grouped/gemm.cuh";
-  p.name_expression = fmt::format("chord::grouped::grouped_gemm_kernel<{}, {}, {}, {}, {}, {}, {}, {}, {}>",
-                                  static_cast<int>(s.mode), s.n, s.k, s.experts, c.block_m, c.slices,
-                                  heuristics::grouped_block_k(s.mode), c.stages, c.consumers);
+  p.name_expression =
+      fmt::format("chord::grouped::grouped_gemm_kernel<{}, {}, {}, {}, {}, {}, {}, {}, {}>", static_cast<int>(s.mode),
+                  s.n, s.k, s.experts, c.block_m, c.slices, heuristics::grouped_block_k(s.mode), c.stages, c.consumers);
   p.threads = g::threads(c.consumers);
   p.dynamic_smem = static_cast<uint32_t>(heuristics::grouped_dynamic_smem(s, c));
   return p;
@@ -122,8 +122,14 @@ GroupedGemmKey grouped_gemm_key(const GroupedShape& s, int64_t rows_hint, const 
       resolve_config(op, "CHORD_GROUPED_CONFIG", std::string(override_spec),
                      heuristics::select_grouped(s, rows_hint, facts), heuristics::apply_grouped_override,
                      [&](const GroupedConfig& cfg) { return heuristics::grouped_config_error(s, cfg, facts); });
-  return {static_cast<int>(s.mode), static_cast<int>(s.n), static_cast<int>(s.k), s.experts, c.block_m, c.slices, c.stages,
-          c.consumers};
+  return {.mode = static_cast<int>(s.mode),
+          .n = static_cast<int>(s.n),
+          .k = static_cast<int>(s.k),
+          .experts = s.experts,
+          .block_m = c.block_m,
+          .slices = c.slices,
+          .stages = c.stages,
+          .consumers = c.consumers};
 }
 
 void grouped_contiguous(const chord_grouped_contiguous_args_t& a, CUstream stream) {
