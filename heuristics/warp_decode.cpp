@@ -74,28 +74,72 @@ WarpDecodeGateUpConfig select_warp_decode_gate_up(const WarpDecodeShape& s, int6
           ring_stages(s.format, split.parts, split.stage_groups, rt, 64 << 10)};
 }
 
+namespace {
+
+// CTAs per SM that fit the kernel's register cap and the SM's shared memory (each CTA also costs the
+// driver's 1 KB reservation on sm_90).
+int64_t resident_ctas(int warps, int row_tiles, int n_tiles, int64_t smem_per_cta, const DeviceFacts& facts) {
+  constexpr int64_t kReservedSmemPerCta = 1024;
+  const int64_t smem_per_sm = facts.max_smem_per_block_optin + kReservedSmemPerCta;
+  const int64_t by_smem = smem_per_sm / (smem_per_cta + kReservedSmemPerCta);
+  return std::max<int64_t>(
+      1, std::min<int64_t>(chord::warp_decode::resident_ctas_bound(warps, row_tiles, n_tiles), by_smem));
+}
+
+}  // namespace
+
+int64_t warp_decode_gate_up_ctas(const WarpDecodeShape& s, const WarpDecodeGateUpConfig& c, int64_t tokens,
+                                 const DeviceFacts& facts) {
+  namespace wd = chord::warp_decode;
+  const int format = static_cast<int>(s.format);
+  const int64_t smem = wd::gate_up_dynamic_smem(format, c.k_split, c.stage_groups, c.row_tiles, c.stages) +
+                       wd::gate_up_static_smem(s.experts, c.max_tokens * s.top_k, c.k_split, c.row_tiles, c.n_tiles);
+  const int64_t items =
+      std::min<int64_t>(std::max<int64_t>(tokens, 1) * s.top_k, s.experts) * (s.intermediate / (8 * c.row_tiles));
+  return std::min(items, facts.sm_count * resident_ctas(c.k_split, c.row_tiles, c.n_tiles, smem, facts));
+}
+
 WarpDecodeDownConfig select_warp_decode_down(const WarpDecodeShape& s, int64_t tokens, const DeviceFacts& facts) {
-  // 8 warps: measured 11-13% faster than 4 for Kimi TP8 at 8-32 tokens, equal for EP8 (sweep on the H200).
-  constexpr int kWarps = 8;
+  namespace wd = chord::warp_decode;
   const int groups = s.intermediate / 32;
   const double active = std::max(1.0, expected_active_experts(s, tokens));
-  const int wanted = std::clamp(static_cast<int>(std::ceil(kWarps / active)), 1, kWarps);
-  int max_chunks = 1;
-  while (max_chunks * 2 <= wanted) max_chunks *= 2;
-  if (max_chunks < wanted) max_chunks *= 2;
-  const Split split = split_groups(s.format, groups, max_chunks);
   // A down CTA walks every active expert. Two row tiles measured 5-11% faster for Kimi TP8 INT4 at 1, 8
   // and 32 tokens (8-187 active experts, 224 CTAs = 13.6 warps per SM); untested with fewer warps per SM
   // or under 4 active experts, so those keep one tile.
-  const bool long_items = active >= 4 && static_cast<int64_t>(s.hidden / 32) * kWarps >= 12LL * facts.sm_count;
-  const int rt = s.hidden % 32 == 0 && long_items ? 2 : 1;
-  return {warp_decode_token_bucket(tokens),
-          kWarps,
-          split.parts,
-          rt,
-          column_tiles(s, tokens, active),
-          split.stage_groups,
-          ring_stages(s.format, kWarps, split.stage_groups, rt, 48 << 10)};
+  const auto long_items = [&](int warps) {
+    return active >= 4 && static_cast<int64_t>(s.hidden / 32) * warps >= 12LL * facts.sm_count;
+  };
+  const auto config = [&](int warps, int rt) {
+    const int wanted = std::clamp(static_cast<int>(std::ceil(warps / active)), 1, warps);
+    int max_chunks = 1;
+    while (max_chunks * 2 <= wanted) max_chunks *= 2;
+    if (max_chunks < wanted) max_chunks *= 2;
+    const Split split = split_groups(s.format, groups, max_chunks);
+    return WarpDecodeDownConfig{warp_decode_token_bucket(tokens),
+                                warps,
+                                split.parts,
+                                rt,
+                                column_tiles(s, tokens, active),
+                                split.stage_groups,
+                                ring_stages(s.format, warps, split.stage_groups, rt, 48 << 10)};
+  };
+  // 8 warps: measured 11-13% faster than 4 for Kimi TP8 at 8-32 tokens, equal for EP8 (sweep on the H200).
+  // The per-warp [token][row] accumulators grow with the token bucket: the first of 8 warps with the
+  // preferred row tiles, 8 warps with one tile, 4 warps, that keeps two CTAs per SM (a CTA's start and end
+  // then overlap another's stream) wherever the grid has more CTAs than SMs.
+  WarpDecodeDownConfig chosen{};
+  for (const int warps : {8, 4}) {
+    for (const int rt : {s.hidden % 32 == 0 && long_items(warps) ? 2 : 1, 1}) {
+      const WarpDecodeDownConfig c = config(warps, rt);
+      if (chosen.warps == 0) chosen = c;
+      const int64_t smem =
+          wd::down_dynamic_smem(static_cast<int>(s.format), warps, c.max_tokens, c.stage_groups, rt, c.stages) +
+          wd::route_table_bytes(s.experts, c.max_tokens * s.top_k);
+      const int64_t ctas = s.hidden / (16 * rt);
+      if (ctas <= facts.sm_count || resident_ctas(warps, rt, c.n_tiles, smem, facts) >= 2) return c;
+    }
+  }
+  return chosen;
 }
 
 std::string apply_warp_decode_override(std::string_view spec, WarpDecodeGateUpConfig& g, WarpDecodeDownConfig& d) {

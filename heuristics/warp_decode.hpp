@@ -47,10 +47,14 @@ struct WarpDecodeDownConfig {
   int stages;
 };
 
-// Gate/up: a CTA per (8 neurons, active expert), up to 8 warps over H (even one token's 8 experts then
+// Gate/up: work items of (active expert, 8 neurons per row tile), up to 8 warps over H (even one token's 8 experts then
 // give thousands of warps), 128-byte staged rows where the split allows, 2..4 stages within 64 KB.
 WarpDecodeGateUpConfig select_warp_decode_gate_up(const WarpDecodeShape& s, int64_t tokens,
                                                   const DeviceFacts& facts = {});
+// CTAs of the persistent gate/up grid: as many as are resident at once (the kernel's register cap and
+// shared memory per SM), never more than the work items (local experts a batch can reach x neuron blocks).
+int64_t warp_decode_gate_up_ctas(const WarpDecodeShape& s, const WarpDecodeGateUpConfig& c, int64_t tokens,
+                                 const DeviceFacts& facts = {});
 // Down: a CTA per 16 output rows, 8 warps; K chunks so that (expected active experts x chunks) gives
 // every warp an item; rings within 48 KB.
 WarpDecodeDownConfig select_warp_decode_down(const WarpDecodeShape& s, int64_t tokens, const DeviceFacts& facts = {});

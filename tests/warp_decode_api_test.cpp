@@ -114,6 +114,45 @@ TEST_CASE("warp decode configs divide the work exactly", "[warp_decode]") {
   CHECK(select_warp_decode_gate_up(kQwen, 64).n_tiles == 1);
 }
 
+TEST_CASE("warp decode grids fit the device", "[warp_decode]") {
+  using namespace chordrt::heuristics;
+  namespace wd = chord::warp_decode;
+  const auto resident = [](int warps, int rt, int nt, int64_t smem) {
+    const int64_t by_smem = (227 * 1024 + 1024) / (smem + 1024);
+    return std::min<int64_t>(wd::resident_ctas_bound(warps, rt, nt), by_smem);
+  };
+  for (const WarpDecodeShape& s : {kKimiTp8, kKimiEp8, kQwen, kExtreme}) {
+    for (int64_t m = 1; m <= wd::kMaxTokens; ++m) {
+      INFO("hidden " << s.hidden << " inter " << s.intermediate << " tokens " << m);
+      const auto g = select_warp_decode_gate_up(s, m);
+      const int64_t g_smem =
+          wd::gate_up_dynamic_smem(static_cast<int>(s.format), g.k_split, g.stage_groups, g.row_tiles, g.stages) +
+          wd::gate_up_static_smem(s.experts, g.max_tokens * s.top_k, g.k_split, g.row_tiles, g.n_tiles);
+      // The persistent gate/up grid: every CTA resident at once, no more CTAs than work items.
+      const int64_t ctas = warp_decode_gate_up_ctas(s, g, m);
+      const int64_t items = std::min<int64_t>(m * s.top_k, s.experts) * (s.intermediate / (8 * g.row_tiles));
+      CHECK(ctas >= 1);
+      CHECK(ctas <= items);
+      CHECK(ctas <= 132 * resident(g.k_split, g.row_tiles, g.n_tiles, g_smem));
+      CHECK((ctas == items || ctas == 132 * resident(g.k_split, g.row_tiles, g.n_tiles, g_smem)));
+      // Down: two CTAs per SM whenever the grid outnumbers the SMs (the token bucket's accumulators shrink
+      // the choice to one row tile or 4 warps at 64-128 tokens).
+      const auto d = select_warp_decode_down(s, m);
+      const int64_t d_smem = wd::down_dynamic_smem(static_cast<int>(s.format), d.warps, d.max_tokens, d.stage_groups,
+                                                   d.row_tiles, d.stages) +
+                             wd::route_table_bytes(s.experts, d.max_tokens * s.top_k);
+      if (s.hidden / (16 * d.row_tiles) > 132) CHECK(resident(d.warps, d.row_tiles, d.n_tiles, d_smem) >= 2);
+    }
+  }
+  // Kimi TP8: 32 tokens keep 8 warps and two row tiles (64 KB of accumulators and rings: two CTAs per SM);
+  // 64 tokens' accumulators (64 KB alone) leave room for one such CTA, so one row tile.
+  CHECK(select_warp_decode_down(kKimiTp8, 32).row_tiles == 2);
+  CHECK(select_warp_decode_down(kKimiTp8, 64).row_tiles == 1);
+  CHECK(select_warp_decode_down(kKimiTp8, 64).warps == 8);
+  // Gate/up at one token: 8 experts x 32 neuron blocks = 256 items, fewer than the resident CTAs.
+  CHECK(warp_decode_gate_up_ctas(kKimiTp8, select_warp_decode_gate_up(kKimiTp8, 1), 1) == 256);
+}
+
 TEST_CASE("warp decode rejects shapes its stages cannot cover", "[warp_decode]") {
   using namespace chordrt::heuristics;
   // MXFP8 moves a stage's scales of a row as one 4-byte piece: K/32 must be a multiple of 4.

@@ -21,6 +21,11 @@ struct DownJobs {
   using F = WeightFormat<FORMAT>;
   static constexpr int kColumns = 8 * N_TILES, kGroupsPerItem = INTER / 32 / K_CHUNKS, kRows = 16 * ROW_TILES;
   static constexpr long long kRowBytes = F::row_bytes(INTER), kScaleRowBytes = F::scale_row_bytes(INTER);
+  // A row tile: 16 consecutive output rows (warp_stream.cuh).
+  static constexpr long long kRowStride = kRowBytes, kHiOffset = 8 * kRowBytes, kTileStride = 16 * kRowBytes;
+  static constexpr long long kScaleRowStride = kScaleRowBytes, kScaleHiOffset = 8 * kScaleRowBytes,
+                             kScaleTileStride = 16 * kScaleRowBytes;
+  static constexpr int kStageStride = SG;  // an item's K chunk, stage after stage
   const RouteTable<EXPERTS, CAPACITY>& table;
   const bf16* h;
   const float* topk_weights;
@@ -38,15 +43,7 @@ struct DownJobs {
     const int item = warp + WARPS * (j >> pass_bits), expert = table.active[item / K_CHUNKS];
     if (pass_of(j) * kColumns >= table.count[expert]) return false;
     const long long row = static_cast<long long>(expert) * HIDDEN + row0;
-    job = {w2 + row * kRowBytes,
-           w2 + (row + 8) * kRowBytes,
-           kRowBytes,
-           16 * kRowBytes,
-           w2_scale + row * kScaleRowBytes,
-           w2_scale + (row + 8) * kScaleRowBytes,
-           kScaleRowBytes,
-           16 * kScaleRowBytes,
-           (item % K_CHUNKS) * kGroupsPerItem,
+    job = {w2 + row * kRowBytes, w2_scale + row * kScaleRowBytes, (item % K_CHUNKS) * kGroupsPerItem,
            kGroupsPerItem / SG};
     return true;
   }
@@ -83,8 +80,7 @@ struct DownJobs {
 
 template <int FORMAT, int HIDDEN, int INTER, int EXPERTS, int TOP_K, int MAX_TOKENS, int WARPS, int K_CHUNKS,
           int ROW_TILES, int N_TILES, int SG, int STAGES, bool HAS_MAP>
-// Registers capped for 24 resident warps per SM (16 with two row or column tiles).
-__global__ void __launch_bounds__(32 * WARPS, (N_TILES * ROW_TILES == 1 ? 768 : 512) / (32 * WARPS))
+__global__ void __launch_bounds__(32 * WARPS, resident_ctas_bound(WARPS, ROW_TILES, N_TILES))
     down_kernel(const bf16* __restrict__ h, const float* __restrict__ topk_weights,
                 const int32_t* __restrict__ topk_ids, const int32_t* __restrict__ expert_map,
                 int32_t num_global_experts, int32_t num_tokens, const uint8_t* __restrict__ w2,

@@ -43,6 +43,20 @@ CHORD_HD constexpr StageBytes stage_bytes(int format, int sg, int row_tiles) {
   return s;
 }
 
+// Resident warps per SM the kernels' registers are capped for (their launch bounds): 24 with one row and one
+// column tile, 16 with more (more accumulators and fragments per lane).
+CHORD_HD constexpr int resident_warps_bound(int row_tiles, int n_tiles) { return row_tiles * n_tiles == 1 ? 24 : 16; }
+CHORD_HD constexpr int resident_ctas_bound(int warps, int row_tiles, int n_tiles) {
+  return resident_warps_bound(row_tiles, n_tiles) / warps > 0 ? resident_warps_bound(row_tiles, n_tiles) / warps : 1;
+}
+// Static shared memory of both kernels' route table (route_table.cuh: offset, count, active, two counters,
+// the routes).
+CHORD_HD constexpr int route_table_bytes(int experts, int capacity) { return (3 * experts + 2 + capacity) * 4; }
+// gate_up's static shared memory: the route table and the K_SPLIT warps' partials of one job.
+CHORD_HD constexpr int gate_up_static_smem(int experts, int capacity, int k_split, int row_tiles, int n_tiles) {
+  return route_table_bytes(experts, capacity) + k_split * row_tiles * n_tiles * 4 * 32 * 4;
+}
+
 // gate_up: k_split rings of `stages` stages.
 CHORD_HD constexpr int gate_up_dynamic_smem(int format, int k_split, int sg, int row_tiles, int stages) {
   return k_split * stages * stage_bytes(format, sg, row_tiles).bytes;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "common/warp.cuh"
+#include "warp_decode/params.cuh"
 
 namespace chord::warp_decode {
 
@@ -16,6 +17,7 @@ struct RouteTable {
   int32_t max_count;         // routes of the busiest expert
   int32_t routes[CAPACITY];  // route ids (token * top_k + j), grouped by expert
 };
+static_assert(sizeof(RouteTable<3, 5>) == route_table_bytes(3, 5), "params.cuh sizes the table for the host");
 
 // Route r = token * top_k + j goes to local expert expert_map[topk_ids[r]] (HAS_MAP) or topk_ids[r];
 // ids outside [0, num_global) and experts outside [0, EXPERTS) (not on this GPU) are dropped. The order

@@ -14,6 +14,21 @@
 
 namespace chord::warp_decode {
 
+// N consecutive 32-bit words of shared memory (N = 1, 2 or 4: one load of 4..16 aligned bytes).
+template <int N>
+__device__ __forceinline__ void load_words(const uint8_t* p, uint32_t (&w)[N]) {
+  static_assert(N == 1 || N == 2 || N == 4, "one 4-, 8- or 16-byte load");
+  if constexpr (N == 4) {
+    const uint4 v = *reinterpret_cast<const uint4*>(p);
+    w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+  } else if constexpr (N == 2) {
+    const uint2 v = *reinterpret_cast<const uint2*>(p);
+    w[0] = v.x, w[1] = v.y;
+  } else {
+    w[0] = *reinterpret_cast<const uint32_t*>(p);
+  }
+}
+
 template <int FORMAT>
 struct WeightFormat;
 
@@ -38,10 +53,18 @@ struct WeightFormat<kInt4Group32> {
   __device__ static Raw load(const uint8_t* row, int group, int t) {
     return *reinterpret_cast<const uint32_t*>(row + group * kGroupBytes + 4 * t);
   }
-  __device__ static float scale(const uint8_t* scale_row, int group) {
-    bf16 s;
-    s.bits = *reinterpret_cast<const uint16_t*>(scale_row + group * kScaleBytes);
-    return to_float(s);
+  // A group row is 16 bytes, one ldmatrix row: one ldmatrix.x4 brings a lane its words of two groups of
+  // its lo and hi rows (4 LDS.32 otherwise).
+  static constexpr bool kLdmatrix = true;
+  // A stage reads 64 bytes of a row: L2 fetches the 256-byte block, which the next stages read.
+  static constexpr bool kL2Prefetch256 = true;
+  // A staged row's SG BF16 scales arrive as SG / 2 words (one 4..16-byte load); a BF16 is the top half of
+  // its FP32, so each converts where it is used, in one instruction.
+  template <int SG>
+  using ScaleWords = uint32_t[SG / 2];
+  template <int SG>
+  __device__ static float scale(const ScaleWords<SG>& w, int group) {
+    return __uint_as_float(group % 2 == 0 ? w[group / 2] << 16 : w[group / 2] & 0xFFFF0000u);
   }
   // Pairs (v0,v4), (v1,v5), (v2,v6), (v3,v7): nibbles i and i + 4 sit 16 bits apart.
   __device__ static void dequant(Raw w, uint32_t (&r)[4]) {
@@ -75,9 +98,15 @@ struct WeightFormat<kMxfp8> {
   __device__ static Raw load(const uint8_t* row, int group, int t) {
     return *reinterpret_cast<const uint2*>(row + group * kGroupBytes + 8 * t);
   }
-  // 2^(e - 127) as FP32 bits e << 23; e = 0 (2^-127) reads as 0 and e = 255 (NaN) as +inf.
-  __device__ static float scale(const uint8_t* scale_row, int group) {
-    return __uint_as_float(static_cast<uint32_t>(scale_row[group]) << 23);
+  static constexpr bool kLdmatrix = false;       // 8 bytes per lane and group: ldmatrix would reorder K
+  static constexpr bool kL2Prefetch256 = false;  // not measured alone; with interleaved stages 7% slower
+  // 2^(e - 127) as FP32 bits e << 23; e = 0 (2^-127) reads as 0 and e = 255 (NaN) as +inf. A staged
+  // row's SG scales are SG / 4 words.
+  template <int SG>
+  using ScaleWords = uint32_t[SG / 4];
+  template <int SG>
+  __device__ static float scale(const ScaleWords<SG>& w, int group) {
+    return __uint_as_float(((w[group / 4] >> (8 * (group % 4))) & 0xFFu) << 23);
   }
   // Two E4M3 bytes -> BF16 pair: prmt puts each byte in a 16-bit lane over a copy of its sign bit, a
   // shift and a mask give sign | exponent-and-mantissa << 4 (BF16 reading 2^-120 of the value, E4M3

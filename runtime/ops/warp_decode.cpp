@@ -228,11 +228,11 @@ void warp_decode_moe(const chord_warp_decode_moe_args_t& a, CUstream stream) {
 
   const int32_t tokens = static_cast<int32_t>(a.num_tokens);
   const int32_t global = s.global_experts;
-  const int64_t slots = std::min<int64_t>(a.num_tokens * a.top_k, a.num_experts);
-  launch(
-      ctx, gate_up,
-      {{static_cast<uint32_t>(a.intermediate / (8 * keys.gate_up.row_tiles)), static_cast<uint32_t>(slots), 1}, stream},
-      a.x, a.topk_ids, a.expert_map, global, tokens, a.w13, a.w13_scale, a.workspace);
+  const WarpDecodeGateUpKey& g = keys.gate_up;
+  const int64_t ctas = heuristics::warp_decode_gate_up_ctas(
+      s, {g.max_tokens, g.k_split, g.row_tiles, g.n_tiles, g.stage_groups, g.stages}, a.num_tokens, ctx.facts);
+  launch(ctx, gate_up, {{static_cast<uint32_t>(ctas), 1, 1}, stream}, a.x, a.topk_ids, a.expert_map, global, tokens,
+         a.w13, a.w13_scale, a.workspace);
   launch(ctx, down,
          {{static_cast<uint32_t>(a.hidden / (16 * keys.down.row_tiles)), 1, 1}, stream, LaunchOrder::kProgrammatic},
          a.workspace, a.topk_weights, a.topk_ids, a.expert_map, global, tokens, a.w2, a.w2_scale, a.output);
