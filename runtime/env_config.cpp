@@ -59,6 +59,7 @@ EnvConfig EnvConfig::from_environment() {
     logger().warn("CHORD_JIT_STRICT=\"{}\" is neither 0 nor 1; strict mode stays off", strict);
   }
   c.record_misses = env("CHORD_RECORD_MISSES");
+  c.launch_log = env("CHORD_LAUNCH_LOG");
   c.warp_decode_override = env("CHORD_WARP_DECODE_CONFIG");
   c.grouped_override = env("CHORD_GROUPED_CONFIG");
   c.mla_override = env("CHORD_MLA_CONFIG");

@@ -6,6 +6,8 @@
 //                         120), then compile anyway
 //   CHORD_JIT_STRICT=1    a kernel found in no cache layer at run time is an error, not a compile
 //   CHORD_RECORD_MISSES   file to which every run-time miss is appended as a JSON line
+//   CHORD_LAUNCH_LOG      file to which every kernel launch appends "<key> <descriptor>" (tests only:
+//                         tools/racecheck_plan.py learns from it which test launches which kernel)
 //   CHORD_LOG_LEVEL       trace, debug, info, warn (default), error, off (read by runtime/logging.cpp)
 //   CHORD_WARP_DECODE_CONFIG  experiments: overrides of the warp-decode heuristics, e.g.
 //                         "gate_up.stages=4,down.warps=8" (keys in heuristics/warp_decode.hpp)
@@ -29,6 +31,7 @@ struct EnvConfig {
   double cache_lock_timeout_s = 120;
   bool strict = false;
   std::string record_misses;
+  std::string launch_log;
   std::string warp_decode_override;
   std::string grouped_override;
   std::string mla_override;

@@ -1,12 +1,11 @@
 #include "runtime/jit_runtime.hpp"
 
-#include <fcntl.h>
-#include <unistd.h>
-
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 
 #include "jit_cache/cache_key.hpp"
+#include "runtime/core/append_line.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/logging.hpp"
 #include "runtime/driver.hpp"
@@ -81,14 +80,11 @@ std::string JitRuntime::key_of(const jit::Descriptor& d, const KernelProgram& pr
 
 void JitRuntime::record_miss(const jit::Descriptor& d, const char* reason) {
   if (options_.record_misses.empty()) return;
-  nlohmann::json line = {{"descriptor", descriptor_to_json(d)}, {"reason", reason}};
-  std::string text = line.dump() + "\n";
-  // O_APPEND writes of one short line do not interleave between processes.
-  int fd = ::open(options_.record_misses.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0 || ::write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
-    logger().warn("cannot record a JIT miss in {}: {}", options_.record_misses, std::strerror(errno));
+  const nlohmann::json line = {{"descriptor", descriptor_to_json(d)}, {"reason", reason}};
+  if (!append_line(options_.record_misses, line.dump())) {
+    const int err = errno;  // before logger(), whose first call may set it
+    logger().warn("cannot record a JIT miss in {}: {}", options_.record_misses, std::strerror(err));
   }
-  if (fd >= 0) ::close(fd);
 }
 
 namespace {
@@ -313,6 +309,7 @@ const LoadedKernel& JitRuntime::kernel(const jit::Descriptor& d, const ContextSt
     loaded->param_count = count;
   }
   loaded->name = img->meta.descriptor_text;
+  loaded->key = img->meta.key;
   loaded->threads = img->meta.threads;
   loaded->dynamic_smem = img->meta.dynamic_smem;
   loaded->cluster = img->meta.cluster;

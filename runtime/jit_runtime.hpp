@@ -42,6 +42,7 @@ struct LoadedKernel {
   std::array<uint16_t, kMaxParams> param_sizes{};
   bool dry_run = false;  // a DryRun placeholder: launch() launches nothing
   std::string name;      // the descriptor, for error messages
+  std::string key;       // its cache key, for CHORD_LAUNCH_LOG
 };
 
 struct ContextState {

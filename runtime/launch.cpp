@@ -1,9 +1,24 @@
 #include "runtime/launch.hpp"
 
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+
+#include "runtime/core/append_line.hpp"
 #include "runtime/core/error.hpp"
+#include "runtime/core/logging.hpp"
 #include "runtime/driver.hpp"
+#include "runtime/env_config.hpp"
 
 namespace chordrt::detail {
+
+void record_launch(const std::string& path, const LoadedKernel& kernel) {
+  if (append_line(path, fmt::format("{} {}", kernel.key, kernel.name))) return;
+  const int err = errno;  // before logger(), whose first call may set it
+  // Once: a log that cannot be written would otherwise warn on every launch.
+  static std::atomic<bool> warned{false};
+  if (!warned.exchange(true)) logger().warn("cannot append to CHORD_LAUNCH_LOG {}: {}", path, std::strerror(err));
+}
 
 void launch_packed(const ContextState& ctx, const LoadedKernel& kernel, const LaunchConfig& launch, void** args,
                    const uint16_t* arg_sizes, size_t arg_count) {
@@ -42,6 +57,9 @@ void launch_packed(const ContextState& ctx, const LoadedKernel& kernel, const La
   config.attrs = attr;
   ScopedContext scope(api, ctx.context);
   check_cuda(api.cuLaunchKernelEx(&config, kernel.function, args, nullptr), "cuLaunchKernelEx");
+  // Read once; unset (the normal case) costs this one check per launch.
+  static const std::string& launch_log = env_config().launch_log;
+  if (!launch_log.empty()) record_launch(launch_log, kernel);
 }
 
 }  // namespace chordrt::detail

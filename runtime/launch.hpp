@@ -6,6 +6,7 @@
 #include <cuda.h>
 
 #include <cstdint>
+#include <string>
 #include <type_traits>
 
 #include "runtime/jit_runtime.hpp"
@@ -30,9 +31,12 @@ struct LaunchConfig {
 
 namespace detail {
 // Throws INTERNAL when the argument sizes do not match the kernel's parameters; launches in ctx (pushed
-// only if it is not current). No allocation, no sync. A dry-run placeholder launches nothing.
+// only if it is not current). No allocation, no sync (a CHORD_LAUNCH_LOG line aside). A dry-run placeholder
+// launches nothing.
 void launch_packed(const ContextState& ctx, const LoadedKernel& kernel, const LaunchConfig& config, void** args,
                    const uint16_t* arg_sizes, size_t arg_count);
+// Appends "<key> <descriptor>" to the launch log at `path` (CHORD_LAUNCH_LOG); warns once if it cannot.
+void record_launch(const std::string& path, const LoadedKernel& kernel);
 }  // namespace detail
 
 template <class... Args>

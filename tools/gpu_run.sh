@@ -14,6 +14,16 @@
 # and CHORD_SANITIZE_TARGETS (catch2 and pytest files) narrow them; skip names
 # sanitize_<tool>_<file stem>[_<shard>]). API errors are not reported: loading a kernel probes cuFuncGetParamInfo
 # one index past its last parameter (the only way to count them), an expected CUDA_ERROR_INVALID_VALUE.
+# CHORD_GPU_RACECHECK_PLAN=1 racechecks every kernel specialization once instead of the whole suite
+# (tools/racecheck_plan.py): the [gpu] Catch2 cases (one process each) and the GPU pytest files run
+# normally beside each other with CHORD_LAUNCH_LOG, recording which kernel keys each test launches
+# (step launch_records, under CHORD_STEP_LIMIT_S); the plan picks the cheapest tests covering every key
+# but the grouped GEMM's (step racecheck_plan); then racecheck runs each chosen Catch2 case as its own
+# process and the chosen pytest tests in groups balanced by duration, one pytest process each,
+# CHORD_SANITIZE_JOBS (default 8) at once, each under CHORD_SANITIZE_LIMIT_S (steps
+# sanitize_racecheck_plan_{catch2,pytest}_<i>). OUTDIR/racecheck_report.txt says which planned tests
+# passed, failed or timed out and which kernels are still unchecked; the records, lists and plan.json
+# are in OUTDIR/racecheck_plan/. A step that ran out of time reads TIMEOUT in the summary.
 # The benchmarks run in strict mode (CHORD_JIT_STRICT=1) after every preset deployment
 # (tools/preset_deployments.txt) and every bench-only deployment (bench/deployments.txt) was prewarmed: a kernel dispatch asks for that the plans lack is an error
 # and is recorded in OUTDIR/strict_misses.jsonl; the strict_misses step fails unless that file is empty.
@@ -30,7 +40,9 @@ step() {  # step NAME CMD...: runs CMD under a time limit, logs to OUTDIR/NAME.l
   case " ${CHORD_GPU_SKIP:-} " in *" $name "*) return;; esac
   local t0=$SECONDS
   # A hung kernel would otherwise hold the lent GPU until the whole call's limit.
-  if timeout "${CHORD_STEP_LIMIT_S:-400}" "$@" >"$out/$name.log" 2>&1; then r=ok; else r=FAIL; status=1; fi
+  local r=ok
+  timeout "${CHORD_STEP_LIMIT_S:-400}" "$@" >"$out/$name.log" 2>&1
+  case $? in 0) ;; 124) r=TIMEOUT status=1 ;; *) r=FAIL status=1 ;; esac
   printf '%-14s %-5s %4ss\n' "$name" "$r" "$((SECONDS - t0))" >>"$out/summary.txt"
   tail -n 3 "$out/$name.log" | sed "s/^/  [$name] /"
 }
@@ -47,32 +59,47 @@ if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
   step two_gpu env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPATH="$PWD/tools/python" NCCL_NVLS_ENABLE=0 \
     TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 python3 -m pytest -q -s -rs tests/python/test_two_gpus.py
 fi
-if [ "${CHORD_GPU_SANITIZE:-0}" = 1 ]; then
-  # CHORD_SANITIZE_JOBS of them at once (default 4) on the one GPU.
-  sanitize() {  # sanitize TOOL TARGET [SHARD]: catch2, a pytest file, or shard i of its collected tests
-    local tool=$1 target=$2 shard=${3:-} name cmd
-    if [ "$target" = catch2 ]; then
-      name="sanitize_${tool}_catch2${shard:+_$shard}"
-      local spec="[gpu]"
-      # A shard of the Catch2 suite is one test case (commas and brackets escaped for Catch2's filter).
-      [ -n "$shard" ] && spec=$(sed -n "$((shard + 1))p" "$out/tests_catch2.txt" | sed 's/\([],[]\)/\\\1/g')
-      cmd=("$build/tests/chordrt_tests" "$spec" --reporter compact)
+plan_dir=$out/racecheck_plan  # CHORD_GPU_RACECHECK_PLAN: launch logs, records, plan.json, test lists
+sanitize() {  # sanitize TOOL TARGET [SHARD]: catch2, a pytest file, or shard i of its collected tests;
+              # plan_catch2 I / plan_pytest I: case I / group I of the racecheck plan
+  local tool=$1 target=$2 shard=${3:-} name cmd
+  if [ "$target" = catch2 ] || [ "$target" = plan_catch2 ]; then
+    local list=$out/tests_catch2.txt spec="[gpu]"
+    name="sanitize_${tool}_catch2${shard:+_$shard}"
+    if [ "$target" = plan_catch2 ]; then
+      list=$plan_dir/catch2.txt
+      name="sanitize_${tool}_plan_catch2_$shard"
+    fi
+    # A shard of the Catch2 suite is one test case (commas and brackets escaped for Catch2's filter).
+    [ -n "$shard" ] && spec=$(sed -n "$((shard + 1))p" "$list" | sed 's/\([],[]\)/\\\1/g')
+    cmd=("$build/tests/chordrt_tests" "$spec" --reporter compact)
+  else
+    local tests=("$target") flags=(-q -x)
+    if [ "$target" = plan_pytest ]; then
+      name="sanitize_${tool}_plan_pytest_$shard"
+      # One nodeid per line (never word-split). Every planned test runs (no -x); -v prints each nodeid as
+      # its test starts, so that racecheck_plan.py report can tell which test a racecheck report follows.
+      mapfile -t tests <"$plan_dir/pytest_$shard.txt"
+      flags=(-v -p no:cacheprovider --rootdir=.)
     else
       name="sanitize_${tool}_$(basename "$target" .py)${shard:+_$shard}"
-      local tests=("$target")
       [ -n "$shard" ] && mapfile -t tests < <(awk -v n="$shards" -v i="$shard" 'NR % n == i' "$out/tests_$(basename "$target" .py).txt")
-      [ ${#tests[@]} -gt 0 ] || return 0  # an empty shard (or nothing collected): no step
-      cmd=(env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPATH="$PWD/tools/python" python3 -m pytest -q -x "${tests[@]}")
     fi
-    # racecheck does not see the happens-before that an mbarrier's complete_tx gives a raw cp.async.bulk
-    # (only tensor TMA), so it reports every LDS of a bulk-copied stage of the grouped GEMM as racing
-    # with the copy, in both directions (a known false positive, also seen by flash-attention's sm100
-    # backward). That kernel stays under memcheck; switching its copies to tensor TMA brings it back here.
-    local exclude=()
-    [ "$tool" = racecheck ] && exclude=(--kernel-name-exclude kns=grouped_gemm_kernel)
-    CHORD_STEP_LIMIT_S=${CHORD_SANITIZE_LIMIT_S:-900} step "$name" \
-      compute-sanitizer --tool "$tool" "${exclude[@]}" --report-api-errors no --error-exitcode 1 "${cmd[@]}"
-  }
+    [ ${#tests[@]} -gt 0 ] || return 0  # an empty shard (or nothing collected): no step
+    cmd=(env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPATH="$PWD/tools/python" python3 -m pytest
+      "${flags[@]}" "${tests[@]}")
+  fi
+  # racecheck does not see the happens-before that an mbarrier's complete_tx gives a raw cp.async.bulk
+  # (only tensor TMA), so it reports every LDS of a bulk-copied stage of the grouped GEMM as racing
+  # with the copy, in both directions (a known false positive, also seen by flash-attention's sm100
+  # backward). That kernel stays under memcheck; switching its copies to tensor TMA brings it back here.
+  local exclude=()
+  [ "$tool" = racecheck ] && exclude=(--kernel-name-exclude kns=grouped_gemm_kernel)
+  CHORD_STEP_LIMIT_S=${CHORD_SANITIZE_LIMIT_S:-900} step "$name" \
+    compute-sanitizer --tool "$tool" "${exclude[@]}" --report-api-errors no --error-exitcode 1 "${cmd[@]}"
+}
+throttle() { while [ "$(jobs -rp | wc -l)" -ge "$1" ]; do wait -n; done; }  # until fewer than $1 jobs run
+if [ "${CHORD_GPU_SANITIZE:-0}" = 1 ]; then
   # CHORD_SANITIZE_SHARDS=n splits each pytest file's collected tests into n steps (..._<i>), and the
   # Catch2 suite into one step per test case, run at once.
   shards=${CHORD_SANITIZE_SHARDS:-1}
@@ -89,13 +116,37 @@ if [ "${CHORD_GPU_SANITIZE:-0}" = 1 ]; then
         [ "$target" = catch2 ] && n=$(wc -l <"$out/tests_catch2.txt")
       fi
       for ((i = 0; i < n; i++)); do
-        while [ "$(jobs -rp | wc -l)" -ge "${CHORD_SANITIZE_JOBS:-4}" ]; do wait -n; done
+        throttle "${CHORD_SANITIZE_JOBS:-4}"  # CHORD_SANITIZE_JOBS of them at once (default 4) on the one GPU
         if [ "$n" = 1 ]; then sanitize "$tool" "$target" & else sanitize "$tool" "$target" "$i" & fi
       done
     done
   done
   wait
-  grep -q '^sanitize_.* FAIL' "$out/summary.txt" && status=1
+  grep -qE '^sanitize_.* (FAIL|TIMEOUT) ' "$out/summary.txt" && status=1
+fi
+if [ "${CHORD_GPU_RACECHECK_PLAN:-0}" = 1 ]; then
+  rm -rf "$plan_dir" && mkdir -p "$plan_dir"  # launch logs are appended to: start from none
+  # The recorder stops what still runs 30 s before the step's limit, keeping the finished tests' records.
+  step launch_records env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPATH="$PWD/tools/python" \
+    python3 tools/racecheck_plan.py record --catch2 "$build/tests/chordrt_tests" --out "$plan_dir" \
+    --deadline-s "$((${CHORD_STEP_LIMIT_S:-400} - 30))" tests/python/test_*_gpu.py
+  step racecheck_plan python3 tools/racecheck_plan.py plan --jobs "${CHORD_SANITIZE_JOBS:-8}" --out "$plan_dir" \
+    "$plan_dir"/*.tests.jsonl
+  if [ -f "$plan_dir/plan.json" ]; then
+    mapfile -t plan_cases <"$plan_dir/catch2.txt"
+    for ((i = 0; i < ${#plan_cases[@]}; i++)); do
+      throttle "${CHORD_SANITIZE_JOBS:-8}"
+      sanitize racecheck plan_catch2 "$i" &
+    done
+    for ((g = 0; ; g++)); do
+      [ -f "$plan_dir/pytest_$g.txt" ] || break
+      throttle "${CHORD_SANITIZE_JOBS:-8}"
+      sanitize racecheck plan_pytest "$g" &
+    done
+    wait
+    grep -qE '^sanitize_racecheck_plan_.* (FAIL|TIMEOUT) ' "$out/summary.txt" && status=1
+    python3 tools/racecheck_plan.py report --plan "$plan_dir/plan.json" --logs "$out" >"$out/racecheck_report.txt" 2>&1
+  fi
 fi
 # (a bash -c script: `timeout` runs programs, not shell functions)
 step prewarm_all bash -c 'cat tools/preset_deployments.txt bench/deployments.txt | grep -v "^#" | while read -r model dep; do
@@ -124,6 +175,7 @@ step strict_misses bash -c "wc -l <'$out/strict_misses.jsonl'; head -n 20 '$out/
 echo
 echo "== GPU: $(sed -n 2p "$out/gpu.txt")"
 cat "$out/summary.txt"
+[ -f "$out/racecheck_report.txt" ] && head -n 100 "$out/racecheck_report.txt"
 [ -f "$out/host_bench.log" ] && cat "$out/host_bench.log"
 [ -f "$out/glue_bench.log" ] && tail -n 40 "$out/glue_bench.log"
 [ -f "$out/warp_decode_bench.log" ] && tail -n 50 "$out/warp_decode_bench.log"

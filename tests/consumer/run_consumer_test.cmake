@@ -93,7 +93,7 @@ endif()
 
 # 4. Run it in a fresh cache, with no other chordrt settings from the caller's environment.
 set(ENV{CHORD_CACHE_DIR} "${cache_dir}")
-foreach(var CHORD_CACHE_PATH CHORD_CACHE_MAX_SIZE CHORD_JIT_STRICT CHORD_RECORD_MISSES)
+foreach(var CHORD_CACHE_PATH CHORD_CACHE_MAX_SIZE CHORD_JIT_STRICT CHORD_RECORD_MISSES CHORD_LAUNCH_LOG)
   unset(ENV{${var}})
 endforeach()
 run_step("run" "${exe}")

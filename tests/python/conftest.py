@@ -4,6 +4,8 @@ Environment (set by ctest, see tests/CMakeLists.txt; all optional when running p
   CHORDRT_LIBRARY   libchordrt.so to test (else the binding's own search: <repo>/build*/, find_library)
   CHORD_JIT         the chord-jit binary (test_cli.py is skipped without it)
   CHORD_CACHE_DIR   cache directory of this process's runtime (a temporary one when unset)
+  CHORD_LAUNCH_LOG  the runtime's launch log; each test's record (the kernel keys it launched, its
+                    duration) is appended to <log>.tests.jsonl for tools/racecheck_plan.py
 """
 
 from __future__ import annotations
@@ -15,16 +17,19 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PYTHON_DIR = REPO_ROOT / "tools" / "python"
+TOOLS_DIR = REPO_ROOT / "tools"
 HEADER = REPO_ROOT / "runtime" / "include" / "chordrt" / "chordrt.h"
 
-if str(PYTHON_DIR) not in sys.path:
-    sys.path.insert(0, str(PYTHON_DIR))
+for _dir in (PYTHON_DIR, TOOLS_DIR):  # the binding; tools/racecheck_plan.py
+    if str(_dir) not in sys.path:
+        sys.path.insert(0, str(_dir))
 
 # The runtime reads its environment once per process, at first use: never let the tests' own process
 # write into ~/.cache/chordrt.
@@ -38,7 +43,52 @@ def pytest_sessionfinish(session, exitstatus):
     if _OWN_CACHE:
         shutil.rmtree(_OWN_CACHE, ignore_errors=True)
 
+
 import chordrt  # noqa: E402
+from racecheck_plan import launch_record  # noqa: E402
+
+
+# CHORD_LAUNCH_LOG: the runtime appends "<key> <descriptor>" per launch; a test's launches are the bytes
+# appended while it ran (children it starts inherit the log). Each record is written as soon as its test
+# ends, so a run stopped by a time limit keeps the records of the tests it finished.
+_LAUNCH_LOG = os.environ.get("CHORD_LAUNCH_LOG", "")
+_launch_outcomes: dict = {}
+
+
+def _log_size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+def pytest_configure(config):
+    if _LAUNCH_LOG:
+        open(_LAUNCH_LOG + ".tests.jsonl", "w").close()
+
+
+def pytest_runtest_logreport(report):
+    # The worst phase decides: a failed setup or teardown fails the test; a skip in setup skips it.
+    if _LAUNCH_LOG and (report.when == "call" or not report.passed):
+        if _launch_outcomes.get(report.nodeid) != "failed":
+            _launch_outcomes[report.nodeid] = report.outcome
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    if not _LAUNCH_LOG:
+        yield
+        return
+    start, t0 = _log_size(_LAUNCH_LOG), time.monotonic()
+    run = yield  # setup, call, teardown (a session fixture's first use and last teardown count to its test)
+    duration = time.monotonic() - t0
+    if run.excinfo is not None or item.nodeid not in _launch_outcomes:
+        return  # interrupted (as the recorder's deadline does): its launches may be incomplete
+    record = {"nodeid": item.nodeid, "duration_s": round(duration, 3)}
+    record.update(launch_record(_LAUNCH_LOG, start, _log_size(_LAUNCH_LOG)))
+    record["outcome"] = _launch_outcomes[item.nodeid]
+    with open(_LAUNCH_LOG + ".tests.jsonl", "a") as f:
+        f.write(json.dumps(record) + "\n")
 
 
 @pytest.fixture(scope="session")
