@@ -25,6 +25,11 @@ SHAPES = {
     "Kimi K2 TP8": (7168, 256, 384, 384, 8, None),
     "Kimi K2 EP8": (7168, 2048, 48, 384, 8, 3),
     "Qwen3-30B-A3B": (2048, 768, 128, 128, 8, None),
+    # Other public MoE shapes (issue 16): DeepSeek-V3 EP8 (rank 5's 32 of 256 experts), Qwen3-235B-A22B TP4
+    # (1536 / 4), DeepSeek-V2-Lite (top-6 of 64).
+    "DeepSeek-V3 EP8": (7168, 2048, 32, 256, 8, 5),
+    "Qwen3-235B-A22B TP4": (4096, 384, 128, 128, 8, None),
+    "DeepSeek-V2-Lite": (2048, 1408, 64, 64, 6, None),
 }
 TOKENS = (1, 2, 4, 8, 16, 32, 64)
 

@@ -200,16 +200,20 @@ TEST_CASE("dry-run dispatch: the indexed GEMMs at the indexed bench's points are
 TEST_CASE("dry-run dispatch: warp decode at the warp-decode bench's points is planned",
           "[plan][dispatch][warp_decode]") {
   // bench/warp_decode_bench.py: Kimi K2 TP8 and EP8 (rank 3's 48 experts behind a map), Qwen3-30B-A3B at
-  // TP1, INT4 and MXFP8, 1..64 tokens; the shapes without a preset are bench/models/ configs.
+  // TP1, DeepSeek-V3 EP8, Qwen3-235B-A22B TP4, DeepSeek-V2-Lite (top-6), INT4 and MXFP8, 1..64 tokens; the
+  // shapes without a preset are bench/models/ configs.
   const std::string models = std::string(CHORD_TEST_SOURCE_DIR) + "/bench/models/";
   struct Case {
     std::string int4_model, mxfp8_model, deployment;
-    int32_t hidden, intermediate, experts, global_experts;
+    int32_t hidden, intermediate, experts, global_experts, top_k;
   };
   const Case cases[] = {
-      {"kimi-k2", models + "kimi-k2-mxfp8.json", "tp8", 7168, 256, 384, 384},
-      {"kimi-k2", models + "kimi-k2-mxfp8.json", "ep8", 7168, 2048, 48, 384},
-      {models + "qwen3-30b-a3b-int4.json", models + "qwen3-30b-a3b-mxfp8.json", "tp1", 2048, 768, 128, 128},
+      {"kimi-k2", models + "kimi-k2-mxfp8.json", "tp8", 7168, 256, 384, 384, 8},
+      {"kimi-k2", models + "kimi-k2-mxfp8.json", "ep8", 7168, 2048, 48, 384, 8},
+      {models + "qwen3-30b-a3b-int4.json", models + "qwen3-30b-a3b-mxfp8.json", "tp1", 2048, 768, 128, 128, 8},
+      {models + "deepseek-v3-int4.json", models + "deepseek-v3-mxfp8.json", "ep8", 7168, 2048, 32, 256, 8},
+      {models + "qwen3-235b-a22b-int4.json", models + "qwen3-235b-a22b-mxfp8.json", "tp4", 4096, 384, 128, 128, 8},
+      {models + "deepseek-v2-lite-int4.json", models + "deepseek-v2-lite-mxfp8.json", "tp1", 2048, 1408, 64, 64, 6},
   };
   for (const Case& c : cases) {
     for (const int32_t format : {CHORD_WEIGHT_INT4_GROUP32, CHORD_WEIGHT_MXFP8}) {
@@ -224,7 +228,7 @@ TEST_CASE("dry-run dispatch: warp decode at the warp-decode bench's points is pl
           a.hidden = c.hidden;
           a.intermediate = c.intermediate;
           a.num_experts = c.experts;
-          a.top_k = 8;
+          a.top_k = c.top_k;
           a.x = fake(0);
           a.topk_ids = fake<const int32_t>(1);
           a.topk_weights = fake<const float>(2);
@@ -233,7 +237,7 @@ TEST_CASE("dry-run dispatch: warp decode at the warp-decode bench's points is pl
           a.w2 = fake(5);
           a.w2_scale = fake(6);
           a.workspace = fake(7);
-          a.workspace_bytes = chordrt::ops::warp_decode_moe_workspace_size(tokens, 8, c.intermediate);
+          a.workspace_bytes = chordrt::ops::warp_decode_moe_workspace_size(tokens, c.top_k, c.intermediate);
           a.output = fake(8);
           if (c.experts != c.global_experts) {
             a.expert_map = fake<const int32_t>(9);

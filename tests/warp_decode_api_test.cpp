@@ -21,6 +21,10 @@ const WarpDecodeShape kKimiTp8{WeightFormat::kInt4Group32, 7168, 256, 384, 384, 
 const WarpDecodeShape kKimiEp8{WeightFormat::kInt4Group32, 7168, 2048, 48, 384, 8, true};
 const WarpDecodeShape kQwen{WeightFormat::kMxfp8, 2048, 768, 128, 128, 8, false};
 const WarpDecodeShape kExtreme{WeightFormat::kInt4Group32, 4096, 1536, 1024, 2048, 32, true};
+// Other public MoE shapes the bench measures: DeepSeek-V3 EP8, Qwen3-235B-A22B TP4, DeepSeek-V2-Lite (top-6).
+const WarpDecodeShape kDeepSeekV3Ep8{WeightFormat::kInt4Group32, 7168, 2048, 32, 256, 8, true};
+const WarpDecodeShape kQwen235Tp4{WeightFormat::kMxfp8, 4096, 384, 128, 128, 8, false};
+const WarpDecodeShape kDeepSeekV2Lite{WeightFormat::kInt4Group32, 2048, 1408, 64, 64, 6, false};
 
 alignas(64) unsigned char g_host[4096];
 
@@ -68,7 +72,7 @@ TEST_CASE("warp decode token buckets and expected active experts", "[warp_decode
 
 TEST_CASE("warp decode configs divide the work exactly", "[warp_decode]") {
   using namespace chordrt::heuristics;
-  for (const WarpDecodeShape& s : {kKimiTp8, kKimiEp8, kQwen, kExtreme}) {
+  for (const WarpDecodeShape& s : {kKimiTp8, kKimiEp8, kQwen, kExtreme, kDeepSeekV3Ep8, kQwen235Tp4, kDeepSeekV2Lite}) {
     for (int64_t m = 1; m <= chord::warp_decode::kMaxTokens; ++m) {
       INFO("hidden " << s.hidden << " inter " << s.intermediate << " tokens " << m);
       const auto g = select_warp_decode_gate_up(s, m);
@@ -121,7 +125,7 @@ TEST_CASE("warp decode grids fit the device", "[warp_decode]") {
     const int64_t by_smem = (227 * 1024 + 1024) / (smem + 1024);
     return std::min<int64_t>(wd::resident_ctas_bound(warps, rt, nt), by_smem);
   };
-  for (const WarpDecodeShape& s : {kKimiTp8, kKimiEp8, kQwen, kExtreme}) {
+  for (const WarpDecodeShape& s : {kKimiTp8, kKimiEp8, kQwen, kExtreme, kDeepSeekV3Ep8, kQwen235Tp4, kDeepSeekV2Lite}) {
     for (int64_t m = 1; m <= wd::kMaxTokens; ++m) {
       INFO("hidden " << s.hidden << " inter " << s.intermediate << " tokens " << m);
       const auto g = select_warp_decode_gate_up(s, m);

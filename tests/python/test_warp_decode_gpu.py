@@ -23,6 +23,9 @@ SHAPES = {
     "kimi_tp8": (7168, 256, 384, 384, 8, None),
     "kimi_ep8": (7168, 2048, 48, 384, 8, 3),
     "qwen3_30b": (2048, 768, 128, 128, 8, None),
+    "deepseek_v3_ep8": (7168, 2048, 32, 256, 8, 5),
+    "qwen3_235b_tp4": (4096, 384, 128, 128, 8, None),
+    "deepseek_v2_lite": (2048, 1408, 64, 64, 6, None),
 }
 TOKENS = (1, 2, 4, 8, 16, 32, 64)
 # BF16 output of an FP32-accumulated path: a few BF16 roundings (h and the output)
