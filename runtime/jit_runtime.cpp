@@ -247,6 +247,12 @@ const ContextState& JitRuntime::context_for(CUstream stream) {
   state->facts.arch = Arch::for_compute_capability(major, minor);
   state->facts.sm_count = sms;
   state->facts.max_smem_per_block_optin = smem;
+  int memory_khz = 0, bus_bits = 0;
+  check_cuda(api.cuDeviceGetAttribute(&memory_khz, CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE, state->device),
+             "cuDeviceGetAttribute");
+  check_cuda(api.cuDeviceGetAttribute(&bus_bits, CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH, state->device),
+             "cuDeviceGetAttribute");
+  if (memory_khz > 0 && bus_bits > 0) state->facts.dram_peak_tbps = memory_khz * 1e3 * 2 * (bus_bits / 8) / 1e12;
   std::unique_lock lock(contexts_mutex_);
   for (const auto& c : contexts_) {
     if (c->context == ctx) return *c;

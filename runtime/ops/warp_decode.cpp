@@ -170,29 +170,41 @@ size_t warp_decode_moe_workspace_size(int64_t num_tokens, int32_t top_k, int32_t
   return bytes;
 }
 
+ShapeRejection warp_decode_shape_rejection(int32_t format, int64_t num_tokens, int32_t hidden, int32_t intermediate,
+                                           int32_t num_experts, int32_t top_k) {
+  const auto out_of = [](const char* name, int64_t v, int64_t lo, int64_t hi) {
+    return ShapeRejection{CHORD_ERROR_INVALID_ARGUMENT, fmt::format("{} must be in [{}, {}], got {}", name, lo, hi, v)};
+  };
+  if (format != CHORD_WEIGHT_INT4_GROUP32 && format != CHORD_WEIGHT_MXFP8) {
+    return {CHORD_ERROR_INVALID_ARGUMENT, fmt::format("unknown weight format {}", format)};
+  }
+  if (num_tokens < 0 || num_tokens > wd::kMaxTokens) return out_of("num_tokens", num_tokens, 0, wd::kMaxTokens);
+  if (hidden < 32 || hidden > (1 << 20)) return out_of("hidden", hidden, 32, 1 << 20);
+  if (intermediate < 32 || intermediate > (1 << 20)) return out_of("intermediate", intermediate, 32, 1 << 20);
+  if (hidden % 32 != 0 || intermediate % 32 != 0) {
+    return {CHORD_ERROR_INVALID_ARGUMENT,
+            fmt::format("hidden and intermediate must be multiples of the group size 32, got {} and {}", hidden,
+                        intermediate)};
+  }
+  const int64_t k_multiple = 32 * wd::min_stage_groups(format);
+  if (hidden % k_multiple != 0 || intermediate % k_multiple != 0) {
+    return {CHORD_ERROR_UNSUPPORTED,
+            fmt::format("{} weights need hidden and intermediate to be multiples of {} (whole shared-memory stages), "
+                        "got {} and {}",
+                        format == CHORD_WEIGHT_INT4_GROUP32 ? "INT4" : "MXFP8", k_multiple, hidden, intermediate)};
+  }
+  if (num_experts < 1 || num_experts > wd::kMaxExperts) return out_of("num_experts", num_experts, 1, wd::kMaxExperts);
+  if (top_k < 1 || top_k > wd::kMaxTopK) return out_of("top_k", top_k, 1, wd::kMaxTopK);
+  return {CHORD_SUCCESS, ""};
+}
+
 void warp_decode_moe(const chord_warp_decode_moe_args_t& a, CUstream stream) {
   constexpr const char* op = "warp_decode_moe";
-  if (a.format != CHORD_WEIGHT_INT4_GROUP32 && a.format != CHORD_WEIGHT_MXFP8) {
-    throw_error(CHORD_ERROR_INVALID_ARGUMENT, "{}: unknown weight format {}", op, a.format);
+  if (const ShapeRejection r =
+          warp_decode_shape_rejection(a.format, a.num_tokens, a.hidden, a.intermediate, a.num_experts, a.top_k);
+      r.status != CHORD_SUCCESS) {
+    throw_error(r.status, "{}: {}", op, r.why);
   }
-  require_range(a.num_tokens, 0, wd::kMaxTokens, op, "num_tokens");
-  require_range(a.hidden, 32, 1 << 20, op, "hidden");
-  require_range(a.intermediate, 32, 1 << 20, op, "intermediate");
-  if (a.hidden % 32 != 0 || a.intermediate % 32 != 0) {
-    throw_error(CHORD_ERROR_INVALID_ARGUMENT,
-                "{}: hidden and intermediate must be multiples of the group size 32, got {} and {}", op, a.hidden,
-                a.intermediate);
-  }
-  const int64_t k_multiple = 32 * wd::min_stage_groups(a.format);
-  if (a.hidden % k_multiple != 0 || a.intermediate % k_multiple != 0) {
-    throw_error(
-        CHORD_ERROR_UNSUPPORTED,
-        "{}: {} weights need hidden and intermediate to be multiples of {} (whole shared-memory stages), got {} "
-        "and {}",
-        op, a.format == CHORD_WEIGHT_INT4_GROUP32 ? "INT4" : "MXFP8", k_multiple, a.hidden, a.intermediate);
-  }
-  require_range(a.num_experts, 1, wd::kMaxExperts, op, "num_experts");
-  require_range(a.top_k, 1, wd::kMaxTopK, op, "top_k");
   if (a.expert_map) require_range(a.num_global_experts, 1, INT32_MAX, op, "num_global_experts");
   if (a.num_tokens == 0) return;  // nothing is read or written
   require_pointer(a.x, op, "x", 16);

@@ -85,6 +85,14 @@ WarpDecodeKeys warp_decode_keys(const heuristics::WarpDecodeShape& s, int64_t to
 WarpDecodeKeys warp_decode_keys_of(const heuristics::WarpDecodeShape& s, const heuristics::WarpDecodeGateUpConfig& g,
                                    const heuristics::WarpDecodeDownConfig& d);
 
+// Why warp decode cannot serve a shape at this token count ({CHORD_SUCCESS, ""} when it can): the shape
+// checks of warp_decode_moe, also what the decode-path choice asks.
+struct ShapeRejection {
+  chord_status_t status;
+  std::string why;
+};
+ShapeRejection warp_decode_shape_rejection(int32_t format, int64_t num_tokens, int32_t hidden, int32_t intermediate,
+                                           int32_t num_experts, int32_t top_k);
 size_t warp_decode_moe_workspace_size(int64_t num_tokens, int32_t top_k, int32_t intermediate);
 // Dispatch: validate, resolve the keys, launch gate/up then down (programmatic dependent launch).
 void warp_decode_moe(const chord_warp_decode_moe_args_t& args, CUstream stream);

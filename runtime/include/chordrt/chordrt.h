@@ -192,6 +192,30 @@ typedef struct chord_warp_decode_moe_args {
  * summed in FP32 with the routing weights folded in, written once). No moe_align, padding or combine. */
 CHORD_API chord_status_t chord_warp_decode_moe(const chord_warp_decode_moe_args_t* args, CUstream stream);
 
+/* ---- Choosing the decode path --------------------------------------------------------------------- */
+typedef enum chord_moe_decode_path {
+  CHORD_MOE_DECODE_WARP = 0,   /* chord_warp_decode_moe */
+  CHORD_MOE_DECODE_INDEXED = 1 /* chord_moe_align, chord_indexed_gemm (MMA layout) for gate/up and down,
+                                  chord_silu_and_mul, chord_moe_combine */
+} chord_moe_decode_path_t;
+
+/* A MoE layer's expert block as one GPU holds it. */
+typedef struct chord_moe_shape {
+  size_t struct_size;
+  int32_t format;             /* a chord_weight_format_t */
+  int32_t hidden;             /* H */
+  int32_t intermediate;       /* I on this GPU */
+  int32_t num_experts;        /* local experts */
+  int32_t num_global_experts; /* ids topk_ids may hold (== num_experts without expert parallelism) */
+  int32_t top_k;
+} chord_moe_shape_t;
+
+/* The faster of the two decode paths for `num_tokens` tokens (a chord_moe_decode_path_t in *path), among
+ * those that serve the shape: a model of both paths' time fitted to their measured crossover on the H200
+ * (not a table of measured points). CHORD_ERROR_UNSUPPORTED when neither path serves the shape. Host only:
+ * no GPU, no allocation. */
+CHORD_API chord_status_t chord_moe_decode_path(const chord_moe_shape_t* shape, int64_t num_tokens, int32_t* path);
+
 /* ---- W4A16 MoE weights (shared by the grouped and indexed GEMM families) --------------------------- */
 typedef enum chord_w4a16_layout {
   CHORD_W4A16_LAYOUT_WGMMA_K64 = 0,  /* WGMMA, BLOCK_K 64: grouped contiguous (prefill) and indexed prefill */

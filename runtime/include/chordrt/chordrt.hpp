@@ -5,8 +5,8 @@
 #pragma once
 
 #include <chordrt/chordrt.h>
-#include <chordrt/error.hpp>
 
+#include <chordrt/error.hpp>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -55,9 +55,7 @@ inline int64_t moe_align_sorted_capacity(int64_t num_tokens, int32_t top_k, int3
   return chord_moe_align_sorted_capacity(num_tokens, top_k, num_experts, block_size);
 }
 inline void moe_align(const chord_moe_align_args_t& a, CUstream stream) { check(chord_moe_align(&a, stream)); }
-inline void silu_and_mul(const chord_silu_and_mul_args_t& a, CUstream stream) {
-  check(chord_silu_and_mul(&a, stream));
-}
+inline void silu_and_mul(const chord_silu_and_mul_args_t& a, CUstream stream) { check(chord_silu_and_mul(&a, stream)); }
 inline void moe_combine(const chord_moe_combine_args_t& a, CUstream stream) { check(chord_moe_combine(&a, stream)); }
 
 // ---- Warp decode MoE ------------------------------------------------------------------------------
@@ -67,6 +65,14 @@ inline size_t warp_decode_moe_workspace_size(int64_t num_tokens, int32_t top_k, 
 }
 inline void warp_decode_moe(const chord_warp_decode_moe_args_t& a, CUstream stream) {
   check(chord_warp_decode_moe(&a, stream));
+}
+
+// The faster decode path for this shape and token count (chord_moe_decode_path).
+inline chord_moe_decode_path_t moe_decode_path(chord_moe_shape_t shape, int64_t num_tokens) {
+  shape.struct_size = sizeof shape;
+  int32_t path = 0;
+  check(chord_moe_decode_path(&shape, num_tokens, &path));
+  return static_cast<chord_moe_decode_path_t>(path);
 }
 
 // ---- W4A16 MoE weights and GEMMs (grouped, indexed) ---------------------------------------------------

@@ -49,6 +49,7 @@ from ._w4a16 import W4a16Layout, W4a16PackArgs, W4a16PackedWeight, W4a16Weight, 
 from ._grouped import GroupedContiguousArgs, GroupedMaskedArgs, grouped_contiguous, grouped_masked
 from ._indexed import IndexedArgs, IndexedProfile, indexed_block_m, indexed_gemm
 from ._warp_decode import WarpDecodeMoeArgs, WeightFormat, warp_decode_moe, warp_decode_moe_workspace_size
+from ._moe_decode_path import MoeDecodePath, MoeShape, moe_decode_path
 from ._sparse_mla import (
     MlaCacheFormat,
     MlaCacheWriteArgs,
@@ -97,6 +98,8 @@ __all__ = [
     "W4a16Weight",
     "WarpDecodeMoeArgs",
     "WeightFormat",
+    "MoeDecodePath",
+    "MoeShape",
     "abi_version",
     "dsa_indexer_logits",
     "dsa_topk",
@@ -104,6 +107,7 @@ __all__ = [
     "grouped_masked",
     "indexed_block_m",
     "indexed_gemm",
+    "moe_decode_path",
     "indexer_cache_page_bytes",
     "indexer_cache_write",
     "last_error",

@@ -1,0 +1,112 @@
+// The decode-path choice (chord_moe_decode_path): which paths serve a shape, the model's ordering of the
+// two paths, argument checks. CPU only.
+#include "heuristics/moe_decode_path.hpp"
+
+#include <catch2/catch.hpp>
+#include <string>
+
+#include "chordrt/chordrt.h"
+#include "chordrt/chordrt.hpp"
+#include "runtime/ops/moe_decode_path.hpp"
+
+namespace {
+
+chord_moe_shape_t shape(int32_t format, int32_t hidden, int32_t intermediate, int32_t experts, int32_t global,
+                        int32_t top_k) {
+  chord_moe_shape_t s{};
+  s.struct_size = sizeof s;
+  s.format = format;
+  s.hidden = hidden;
+  s.intermediate = intermediate;
+  s.num_experts = experts;
+  s.num_global_experts = global;
+  s.top_k = top_k;
+  return s;
+}
+
+// The bench's INT4 shapes (bench/warp_decode_bench.py, bench/decode_crossover_bench.py).
+const chord_moe_shape_t kInt4Shapes[] = {
+    shape(CHORD_WEIGHT_INT4_GROUP32, 7168, 256, 384, 384, 8),  // Kimi K2 TP8
+    shape(CHORD_WEIGHT_INT4_GROUP32, 7168, 2048, 48, 384, 8),  // Kimi K2 EP8
+    shape(CHORD_WEIGHT_INT4_GROUP32, 2048, 768, 128, 128, 8),  // Qwen3-30B-A3B
+    shape(CHORD_WEIGHT_INT4_GROUP32, 7168, 2048, 32, 256, 8),  // DeepSeek-V3 EP8
+    shape(CHORD_WEIGHT_INT4_GROUP32, 4096, 384, 128, 128, 8),  // Qwen3-235B-A22B TP4
+    shape(CHORD_WEIGHT_INT4_GROUP32, 2048, 1408, 64, 64, 6),   // DeepSeek-V2-Lite
+};
+
+chord_moe_decode_path_t path_of(const chord_moe_shape_t& s, int64_t tokens) {
+  int32_t p = -1;
+  REQUIRE(chord_moe_decode_path(&s, tokens, &p) == CHORD_SUCCESS);
+  return static_cast<chord_moe_decode_path_t>(p);
+}
+
+}  // namespace
+
+TEST_CASE("decode path: only the paths that serve the shape are chosen", "[moe_decode_path]") {
+  // MXFP8: indexed decode has INT4 weights only.
+  for (int64_t m = 1; m <= 128; ++m) {
+    CHECK(path_of(shape(CHORD_WEIGHT_MXFP8, 7168, 256, 384, 384, 8), m) == CHORD_MOE_DECODE_WARP);
+  }
+  // Past warp decode's 128 tokens: indexed.
+  CHECK(path_of(kInt4Shapes[0], 129) == CHORD_MOE_DECODE_INDEXED);
+  CHECK(path_of(kInt4Shapes[1], 4096) == CHORD_MOE_DECODE_INDEXED);
+  // A hidden size the MMA layout cannot take (down N = H = 2112 is no multiple of 128): warp decode.
+  CHECK(path_of(shape(CHORD_WEIGHT_INT4_GROUP32, 2112, 256, 64, 64, 8), 64) == CHORD_MOE_DECODE_WARP);
+  // A top-k past warp decode's 32: indexed.
+  CHECK(path_of(shape(CHORD_WEIGHT_INT4_GROUP32, 2048, 256, 64, 64, 40), 1) == CHORD_MOE_DECODE_INDEXED);
+  // Neither: MXFP8 past 128 tokens.
+  int32_t p = -1;
+  const chord_moe_shape_t mx = shape(CHORD_WEIGHT_MXFP8, 7168, 256, 384, 384, 8);
+  CHECK(chord_moe_decode_path(&mx, 129, &p) == CHORD_ERROR_UNSUPPORTED);
+  CHECK(std::string(chord_last_error()).find("neither decode path") != std::string::npos);
+}
+
+TEST_CASE("decode path: the model orders the paths sensibly", "[moe_decode_path]") {
+  using chordrt::heuristics::WarpDecodeShape;
+  for (const chord_moe_shape_t& s : kInt4Shapes) {
+    INFO("hidden " << s.hidden << " intermediate " << s.intermediate << " experts " << s.num_experts);
+    // One token: warp decode (two kernels, no align or combine) is modeled faster.
+    CHECK(path_of(s, 1) == CHORD_MOE_DECODE_WARP);
+    // Once indexed decode wins it keeps winning for larger batches.
+    bool indexed = false;
+    for (int64_t m = 1; m <= 128; ++m) {
+      const bool now = path_of(s, m) == CHORD_MOE_DECODE_INDEXED;
+      CHECK((now || !indexed));
+      indexed = indexed || now;
+    }
+    // The modeled times grow with the batch.
+    const WarpDecodeShape ws{chordrt::heuristics::WeightFormat::kInt4Group32,
+                             s.hidden,
+                             s.intermediate,
+                             s.num_experts,
+                             s.num_global_experts,
+                             s.top_k,
+                             s.num_global_experts != s.num_experts};
+    const auto t8 = chordrt::heuristics::model_decode_path_times(ws, 8);
+    const auto t64 = chordrt::heuristics::model_decode_path_times(ws, 64);
+    CHECK(t64.warp_us > t8.warp_us);
+    CHECK(t64.indexed_us > t8.indexed_us);
+  }
+  // The C++ API says what the C ABI says.
+  CHECK(chordrt::moe_decode_path(kInt4Shapes[0], 128) == path_of(kInt4Shapes[0], 128));
+}
+
+TEST_CASE("decode path: bad arguments are rejected", "[moe_decode_path][capi]") {
+  int32_t p = -1;
+  const chord_moe_shape_t ok = kInt4Shapes[0];
+  CHECK(chord_moe_decode_path(nullptr, 8, &p) == CHORD_ERROR_INVALID_ARGUMENT);
+  CHECK(chord_moe_decode_path(&ok, 8, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
+  CHECK(chord_moe_decode_path(&ok, 0, &p) == CHORD_ERROR_INVALID_ARGUMENT);
+  chord_moe_shape_t bad = ok;
+  bad.top_k = 385;  // more than the global experts
+  CHECK(chord_moe_decode_path(&bad, 8, &p) == CHORD_ERROR_INVALID_ARGUMENT);
+  bad = ok;
+  bad.num_global_experts = 8;  // fewer ids than local experts
+  CHECK(chord_moe_decode_path(&bad, 8, &p) == CHORD_ERROR_INVALID_ARGUMENT);
+  bad = ok;
+  bad.format = 7;
+  CHECK(chord_moe_decode_path(&bad, 8, &p) == CHORD_ERROR_INVALID_ARGUMENT);
+  bad = ok;
+  bad.struct_size = 8;  // older than the struct's first version
+  CHECK(chord_moe_decode_path(&bad, 8, &p) == CHORD_ERROR_INVALID_ARGUMENT);
+}
