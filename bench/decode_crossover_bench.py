@@ -348,6 +348,8 @@ def bench_point(shape, m, args, ceil, failures, peer):
         row["indexed_over_warp"] = row["indexed_decode_us"] / row["warp_decode_us"]
     else:
         row["winner"] = None
+    if f"{PEER}_us" in row:  # < 1: that chordrt path faster than Humming's (whose time has no routing in it)
+        row["vs_peer"] = {p: row[f"{p}_us"] / row[f"{PEER}_us"] for p in PATHS if f"{p}_us" in row}
     for path, err in row["errors"].items():
         if not err["rel_err"] <= MAX_REL_ERR:  # NaN fails too
             failures.append(f"{shape.name} M={m} {path}: rel err {err['rel_err']:.3e} > {MAX_REL_ERR:.0e}")
@@ -393,12 +395,12 @@ def describe_crossover(name, c):
     if not c["tokens_compared"]:
         return f"{name:<20} no M with both paths measured"
     if c["first_indexed_win"] is None:
-        return f"{name:<20} indexed decode faster at: none <= {max(c['tokens_compared'])}"
-    text = f"{name:<20} indexed decode faster from M = {c['first_indexed_win']}"
-    if c["indexed_wins_from"] != c["first_indexed_win"]:
-        stays = c["indexed_wins_from"]
-        text += (f" (wins at {', '.join(map(str, c['indexed_wins_at']))}; at every larger M from "
-                 f"{stays if stays is not None else '-'})")
+        return f"{name:<20} crossover: none <= {max(c['tokens_compared'])} (warp decode faster at every M)"
+    text = f"{name:<20} crossover: M = {c['first_indexed_win']}"
+    if c["indexed_wins_from"] != c["first_indexed_win"]:  # not monotonic
+        text += f" (indexed decode faster at M = {', '.join(map(str, c['indexed_wins_at']))}; "
+        text += (f"at every measured M from {c['indexed_wins_from']} on)" if c["indexed_wins_from"] is not None else
+                 f"not at M = {max(c['tokens_compared'])})")
     return text
 
 
