@@ -1,6 +1,7 @@
 // Prewarm plans what dispatch uses: each family's real dispatch, run in a dry run (no driver, no launch)
 // over the benchmarks' points of a preset deployment, asks only for descriptors that preset's plan holds.
 // A family adds its own points here.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <string>
 #include <vector>
@@ -335,5 +336,112 @@ TEST_CASE("dry-run dispatch: the DSA indexer at the DSA bench's points is planne
       }
     });
     CHECK(asked >= 3);
+  }
+}
+
+TEST_CASE("dry-run dispatch: the decode crossover bench's points are planned", "[plan][dispatch][indexed][warp_decode]") {
+  // bench/decode_crossover_bench.py: warp_decode_bench's six shapes, INT4, 1..128 tokens, two paths on the same
+  // routing: warp decode, and the composed indexed decode (MMA layout): the packers, moe_align over the global
+  // experts (the map under EP) at each projection's block_m for the routes expected here (one align when both
+  // agree), gate_up on [T, H] with top_k, silu_and_mul on the T * top_k rows, down on [T * top_k, I] with top_k 1,
+  // moe_combine (with the expert-parallel filter under EP).
+  const std::string models = std::string(CHORD_TEST_SOURCE_DIR) + "/bench/models/";
+  struct Case {
+    std::string model, deployment;
+    int32_t hidden, intermediate, experts, global_experts, top_k;
+  };
+  const Case cases[] = {
+      {"kimi-k2", "tp8", 7168, 256, 384, 384, 8},
+      {"kimi-k2", "ep8", 7168, 2048, 48, 384, 8},
+      {models + "qwen3-30b-a3b-int4.json", "tp1", 2048, 768, 128, 128, 8},
+      {models + "deepseek-v3-int4.json", "ep8", 7168, 2048, 32, 256, 8},
+      {models + "qwen3-235b-a22b-int4.json", "tp4", 4096, 384, 128, 128, 8},
+      {models + "deepseek-v2-lite-int4.json", "tp1", 2048, 1408, 64, 64, 6},
+  };
+  for (const Case& c : cases) {
+    INFO(c.model << " " << c.deployment);
+    const bool ep = c.experts != c.global_experts;
+    const int32_t h = c.hidden, i = c.intermediate, k = c.top_k;
+    const size_t asked = expect_planned(c.model, c.deployment, [&] {
+      const chord_w4a16_weight_t gate_up = packed_weight(CHORD_W4A16_LAYOUT_MMA, c.experts, 2 * i, h);
+      const chord_w4a16_weight_t down = packed_weight(CHORD_W4A16_LAYOUT_MMA, c.experts, h, i);
+      for (int64_t tokens : {1, 2, 4, 8, 16, 32, 64, 128}) {
+        chord_warp_decode_moe_args_t w{};
+        w.struct_size = sizeof w;
+        w.format = CHORD_WEIGHT_INT4_GROUP32;
+        w.num_tokens = tokens;
+        w.hidden = h;
+        w.intermediate = i;
+        w.num_experts = c.experts;
+        w.top_k = k;
+        w.x = fake(0);
+        w.topk_ids = fake<const int32_t>(1);
+        w.topk_weights = fake<const float>(2);
+        w.w13 = fake(3);
+        w.w13_scale = fake(4);
+        w.w2 = fake(5);
+        w.w2_scale = fake(6);
+        w.workspace = fake(7);
+        w.workspace_bytes = chordrt::ops::warp_decode_moe_workspace_size(tokens, k, i);
+        w.output = fake(8);
+        if (ep) {
+          w.expert_map = fake<const int32_t>(9);
+          w.num_global_experts = c.global_experts;
+        }
+        chordrt::ops::warp_decode_moe(w, nullptr);
+
+        const int64_t routed = std::max<int64_t>(1, tokens * k * c.experts / c.global_experts);
+        const int32_t bm_gate_up = chordrt::ops::indexed_block_m(CHORD_W4A16_LAYOUT_MMA, c.experts, 2 * i, h, routed, 0);
+        const int32_t bm_down = chordrt::ops::indexed_block_m(CHORD_W4A16_LAYOUT_MMA, c.experts, h, i, routed, 0);
+        for (int32_t block_m : {bm_gate_up, bm_down}) {
+          const int64_t cap = chordrt::ops::moe_align_sorted_capacity(tokens, k, c.global_experts, block_m);
+          const chord_moe_align_args_t al{sizeof(al),
+                                          fake<const int32_t>(1),
+                                          tokens,
+                                          k,
+                                          c.global_experts,
+                                          block_m,
+                                          fake<int32_t>(10),
+                                          cap,
+                                          fake<int32_t>(11),
+                                          (cap + block_m - 1) / block_m,
+                                          fake<int32_t>(12),
+                                          ep ? fake<const int32_t>(9) : nullptr};
+          chordrt::ops::moe_align(al, nullptr);  // twice at one block size when both agree: the same descriptor
+        }
+        for (const bool is_gate_up : {true, false}) {
+          const int32_t block_m = is_gate_up ? bm_gate_up : bm_down;
+          const int64_t cap = chordrt::ops::moe_align_sorted_capacity(tokens, k, c.global_experts, block_m);
+          chord_indexed_args_t a{};
+          a.struct_size = sizeof(a);
+          a.a = fake(13);
+          a.top_k = is_gate_up ? k : 1;
+          a.num_tokens = tokens * k / a.top_k;
+          a.block_m = block_m;
+          a.weight = is_gate_up ? &gate_up : &down;
+          a.sorted_token_ids = fake<const int32_t>(10);
+          a.sorted_token_ids_capacity = cap;
+          a.expert_ids = fake<const int32_t>(11);
+          a.expert_ids_capacity = (cap + block_m - 1) / block_m;
+          a.num_tokens_post_padded = fake<const int32_t>(12);
+          a.out = fake(14);
+          chordrt::ops::indexed_gemm(a, nullptr);
+        }
+        const chord_silu_and_mul_args_t s{sizeof(s), fake(14), fake(15), tokens * k, i};
+        chordrt::ops::silu_and_mul(s, nullptr);
+        const chord_moe_combine_args_t cb{sizeof(cb),
+                                          fake(16),
+                                          fake<const float>(2),
+                                          fake(17),
+                                          tokens,
+                                          k,
+                                          h,
+                                          ep ? fake<const int32_t>(1) : nullptr,
+                                          ep ? fake<const int32_t>(9) : nullptr,
+                                          c.global_experts};
+        chordrt::ops::moe_combine(cb, nullptr);
+      }
+    });
+    CHECK(asked >= 8);
   }
 }

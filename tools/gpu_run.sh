@@ -4,8 +4,9 @@
 # Usage: tools/gpu_run.sh OUTDIR   (on the lent H200: tools/gpu_run.sh "$OUT", carrying .deps/root)
 #   CHORD_GPU_SKIP="glue_bench pytest ..." skips the named steps, CHORD_STEP_LIMIT_S bounds each (400); CHORD_BENCH_ARGS is passed to the
 #   warp-decode bench (e.g. "--quick"), CHORD_GROUPED_BENCH_ARGS to the grouped bench, CHORD_INDEXED_BENCH_ARGS
-#   to the indexed bench, CHORD_MLA_BENCH_ARGS to the sparse MLA bench, CHORD_DSA_BENCH_ARGS to
-#   the DSA indexer bench, CHORD_PYTEST_ARGS replaces the pytest
+#   to the indexed bench, CHORD_CROSSOVER_BENCH_ARGS to the decode crossover bench (warp vs indexed decode,
+#   bench/decode_crossover_bench.py, step decode_crossover_bench), CHORD_MLA_BENCH_ARGS to the sparse MLA bench,
+#   CHORD_DSA_BENCH_ARGS to the DSA indexer bench, CHORD_PYTEST_ARGS replaces the pytest
 #   selection (tests/python).
 # CHORD_GPU_SANITIZE=1 adds the compute-sanitizer steps (memcheck and racecheck over the [gpu] Catch2
 # suite and each GPU pytest file, each under CHORD_SANITIZE_LIMIT_S, default 900 s, CHORD_SANITIZE_JOBS
@@ -166,6 +167,8 @@ step grouped_bench env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPATH="$
   python3 bench/grouped_bench.py --json "$out/grouped_bench.json" ${CHORD_GROUPED_BENCH_ARGS:-}
 step indexed_bench env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPATH="$PWD/tools/python" \
   python3 bench/indexed_bench.py --json "$out/indexed_bench.json" ${CHORD_INDEXED_BENCH_ARGS:-}
+step decode_crossover_bench env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPATH="$PWD/tools/python" \
+  python3 bench/decode_crossover_bench.py --json "$out/decode_crossover_bench.json" ${CHORD_CROSSOVER_BENCH_ARGS:-}
 step sparse_mla_bench env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPATH="$PWD/tools/python" \
   python3 bench/sparse_mla_bench.py --json "$out/sparse_mla_bench.json" ${CHORD_MLA_BENCH_ARGS:-}
 step dsa_bench env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPATH="$PWD/tools/python" \
@@ -181,6 +184,7 @@ cat "$out/summary.txt"
 [ -f "$out/warp_decode_bench.log" ] && tail -n 50 "$out/warp_decode_bench.log"
 [ -f "$out/grouped_bench.log" ] && tail -n 60 "$out/grouped_bench.log"
 [ -f "$out/indexed_bench.log" ] && tail -n 30 "$out/indexed_bench.log"
+[ -f "$out/decode_crossover_bench.log" ] && tail -n 14 "$out/decode_crossover_bench.log"
 [ -f "$out/sparse_mla_bench.log" ] && tail -n 25 "$out/sparse_mla_bench.log"
 [ -f "$out/dsa_bench.log" ] && tail -n 20 "$out/dsa_bench.log"
 exit $status
