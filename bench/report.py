@@ -18,6 +18,37 @@ def newest(prefix, quick_covers_all=False):
     return (files[-1], json.loads(files[-1].read_text())) if files else (None, None)
 
 
+def newest_per_case(prefix, case_of):
+    """Full runs of a kind, newest first, each kept for the cases (case_of(row)) no newer run measured,
+    with only those rows: [(file, run)]."""
+    files = sorted((f for f in RESULTS.glob(prefix + "*.json") if not f.name.endswith(".quick.json")),
+                   key=lambda f: f.name, reverse=True)
+    seen, out = set(), []
+    for f in files:
+        run = json.loads(f.read_text())
+        cases = {case_of(r) for r in run["results"]} - seen
+        if cases:
+            run["results"] = [r for r in run["results"] if case_of(r) in cases]
+            out.append((f, run))
+            seen |= cases
+    return out
+
+
+def crossover_section(path, xo):
+    """Warp decode vs indexed decode (and Humming's decode) for the whole MoE block, per shape and M."""
+    lines = [f"## Decode crossover on {xo['device']} (`{path.name}`)", "",
+             "The whole MoE block on chordrt's two decode paths (INT4): warp decode, and indexed decode composed "
+             "as an engine would (moe_align, MMA-layout indexed GEMMs, silu_and_mul, moe_combine); Humming 0.1.19's "
+             "two GEMMs with chordrt's glue where it ran (its routing is built outside the timed graph). "
+             "`chord_moe_decode_path` fits a model of both paths to these points (`heuristics/moe_decode_path.cpp`).",
+             "", "| shape | M | warp decode µs | indexed decode µs | Humming µs | faster |", "|---|---:|---:|---:|---:|---|"]
+    fmt = lambda v: f"{v:.1f}" if isinstance(v, (int, float)) else "—"
+    for r in xo["results"]:
+        lines.append(f"| {r['shape']} | {r['tokens']} | {fmt(r.get('warp_decode_us'))} | "
+                     f"{fmt(r.get('indexed_decode_us'))} | {fmt(r.get('humming_decode_us'))} | {r.get('winner', '—')} |")
+    return lines + [""]
+
+
 def median(v):
     v = sorted(v)
     return 0.5 * (v[(len(v) - 1) // 2] + v[len(v) // 2]) if v else 0.0
@@ -85,11 +116,14 @@ def main():
                   "route); for `moe_align` a sort-based equivalent run eagerly (it synchronizes with the host, so "
                   "it cannot be graph-captured). `bench/NOTES.md` explains each number against its prediction.",
                   ""]
-    path, wd = newest("warp_decode_bench-")
-    if wd:
+    wd_runs = newest_per_case("warp_decode_bench-", lambda r: (r["shape"], r["format"]))
+    if wd_runs:
+        wd = wd_runs[0][1]
         c = wd["ceilings"]
-        lines += [f"## Warp decode MoE on {wd['device']} (`{path.name}`)", "",
-                  f"Whole expert block (gate/up + SiLU·up + down + top-k sum), two kernels. Ceilings in the same run: "
+        names = ", ".join(f"`{f.name}`" for f, _ in wd_runs)
+        lines += [f"## Warp decode MoE on {wd['device']} ({names})", "",
+                  f"Whole expert block (gate/up + SiLU·up + down + top-k sum), two kernels; each (shape, format) from "
+                  f"the newest run that measured it. Ceilings in the newest run: "
                   f"streaming read {c['stream_read_tbps']:.2f} TB/s, dense BF16 GEMM {c['dense_bf16_tflops']:.0f} "
                   f"TFLOP/s. Bytes = weights and scales of the local experts the batch touches (+ x and output), "
                   f"averaged over the rotated routing sets. Baselines on BF16-dequantized weights, same process: "
@@ -99,13 +133,18 @@ def main():
                   "| shape | format | M | chordrt µs | TB/s | of stream read | grouped_mm µs | × grouped_mm | "
                   "torch loop µs | rel err | BF16-path rel err |",
                   "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-        for r in wd["results"]:
-            lines.append(f"| {r['shape']} | {r['format']} | {r['tokens']} | {r['chordrt_us']:.1f} | "
-                         f"{r['chordrt_tbps']:.2f} | {100 * r['fraction_of_stream_read']:.0f}% | "
-                         f"{r.get('grouped_mm_us', float('nan')):.1f} | {r.get('speedup_vs_grouped_mm', float('nan')):.2f}× | "
-                         f"{r['torch_loop_us']:.0f} | {r['chordrt_error']['rel_err']:.2e} | "
-                         f"{r['bf16_dequant_error']['rel_err']:.2e} |")
+        for _, run in wd_runs:
+            for r in run["results"]:
+                lines.append(f"| {r['shape']} | {r['format']} | {r['tokens']} | {r['chordrt_us']:.1f} | "
+                             f"{r['chordrt_tbps']:.2f} | {100 * r['fraction_of_stream_read']:.0f}% | "
+                             f"{r.get('grouped_mm_us', float('nan')):.1f} | "
+                             f"{r.get('speedup_vs_grouped_mm', float('nan')):.2f}× | "
+                             f"{r['torch_loop_us']:.0f} | {r['chordrt_error']['rel_err']:.2e} | "
+                             f"{r['bf16_dequant_error']['rel_err']:.2e} |")
         lines += ["", "Where the time goes and what each version changed: `bench/NOTES.md` (warp decode section).", ""]
+    path, xo = newest("decode_crossover_bench-")
+    if xo:
+        lines += crossover_section(path, xo)
     sweeps = sorted((RESULTS / "sweeps").glob("warp_decode_sweep-*.json"))
     if sweeps:
         lines += ["### Warp decode heuristic sweeps (`bench/results/sweeps/`)", "",

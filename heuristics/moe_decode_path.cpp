@@ -7,16 +7,16 @@ namespace chordrt::heuristics {
 
 namespace {
 
-// One path's fitted cost: fixed µs and the fraction of peak DRAM bandwidth its weight stream sustains.
-struct PathCost {
-  double fixed_us, bandwidth_fraction;
-};
-// Fitted to bench/decode_crossover_bench.py on the H200 (bench/NOTES.md, "decode crossover").
-constexpr PathCost kWarp{10.0, 0.55};
-constexpr PathCost kIndexed{25.0, 0.70};
+// Fitted to bench/decode_crossover_bench.py on the H200 (six shapes x 1..128 tokens, least squares on
+// log time per path; bench/NOTES.md "decode crossover"): warp decode costs 7 µs plus its bytes at 51.6% of
+// peak DRAM bandwidth for H = 7168, less for a shorter H (x (H / 7168)^0.45: its gate/up warps stream
+// H / 32 / k_split groups per item, so a short H leaves more per-item overhead per byte); indexed decode
+// costs 11 µs + 5 µs per 1024 of H (one token's serial K chain in the MMA kernels) plus its bytes at 72.6%.
+constexpr double kWarpFixedUs = 7.0, kWarpFraction = 0.516, kWarpHiddenExponent = 0.45;
+constexpr double kIndexedFixedUs = 11.0, kIndexedUsPer1024Hidden = 5.0, kIndexedFraction = 0.726;
 
-double path_us(const PathCost& c, double bytes, const DeviceFacts& facts) {
-  return c.fixed_us + bytes / (c.bandwidth_fraction * facts.dram_peak_tbps * 1e6);
+double bytes_us(double bytes, double fraction, const DeviceFacts& facts) {
+  return bytes / (fraction * facts.dram_peak_tbps * 1e6);
 }
 
 }  // namespace
@@ -36,7 +36,9 @@ DecodePathTimes model_decode_path_times(const WarpDecodeShape& s, int64_t tokens
       static_cast<double>(tokens) * s.top_k * s.experts / std::max(1, s.global_experts) / active;
   const int columns = 8 * select_warp_decode_gate_up(s, tokens, facts).n_tiles;
   const double passes = std::max(1.0, std::ceil(routes_per_expert / columns));
-  return {path_us(kWarp, bytes * passes, facts), path_us(kIndexed, bytes, facts)};
+  const double warp_fraction = kWarpFraction * std::pow(s.hidden / 7168.0, kWarpHiddenExponent);
+  return {kWarpFixedUs + bytes_us(bytes * passes, warp_fraction, facts),
+          kIndexedFixedUs + kIndexedUsPer1024Hidden * s.hidden / 1024.0 + bytes_us(bytes, kIndexedFraction, facts)};
 }
 
 MoeDecodePath faster_decode_path(const WarpDecodeShape& s, int64_t tokens, const DeviceFacts& facts) {

@@ -2,6 +2,7 @@
 // two paths, argument checks. CPU only.
 #include "heuristics/moe_decode_path.hpp"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <string>
 
@@ -109,4 +110,37 @@ TEST_CASE("decode path: bad arguments are rejected", "[moe_decode_path][capi]") 
   bad = ok;
   bad.struct_size = 8;  // older than the struct's first version
   CHECK(chord_moe_decode_path(&bad, 8, &p) == CHORD_ERROR_INVALID_ARGUMENT);
+}
+
+TEST_CASE("decode path: the model picks the measured faster path, or one close to it", "[moe_decode_path]") {
+  // bench/results/decode_crossover_bench-h200-20261203a.json (H200, graph replays): shape index into
+  // kInt4Shapes, tokens, warp decode µs, indexed decode µs.
+  struct Measured {
+    int shape;
+    int64_t tokens;
+    double warp_us, indexed_us;
+  };
+  const Measured measured[] = {
+      {0, 1, 18.1, 54.0},    {0, 2, 28.1, 57.9},    {0, 4, 39.6, 64.5},    {0, 8, 70.5, 85.2},
+      {0, 16, 120.2, 124.8}, {0, 32, 197.3, 204.7}, {0, 64, 348.6, 296.5}, {0, 128, 613.2, 354.7},
+      {1, 1, 22.0, 57.6},    {1, 2, 16.3, 39.8},    {1, 4, 61.3, 91.0},    {1, 8, 54.9, 105.2},
+      {1, 16, 86.5, 110.5},  {1, 32, 184.6, 196.7}, {1, 64, 316.7, 337.1}, {1, 128, 413.5, 335.9},
+      {2, 1, 19.3, 27.2},    {2, 2, 32.4, 31.4},    {2, 4, 55.1, 38.8},    {2, 8, 96.5, 59.9},
+      {2, 16, 159.9, 84.5},  {2, 32, 210.3, 102.2}, {2, 64, 187.3, 113.9}, {2, 128, 254.9, 127.5},
+      {3, 1, 23.1, 56.9},    {3, 2, 32.0, 71.0},    {3, 4, 51.6, 98.7},    {3, 8, 89.6, 102.4},
+      {3, 16, 92.7, 119.0},  {3, 32, 164.6, 189.9}, {3, 64, 237.2, 213.9}, {3, 128, 317.9, 262.8},
+      {4, 1, 16.5, 37.0},    {4, 2, 25.0, 40.0},    {4, 4, 40.1, 49.3},    {4, 8, 66.8, 64.5},
+      {4, 16, 108.4, 99.5},  {4, 32, 142.4, 117.2}, {4, 64, 136.6, 130.1}, {4, 128, 280.7, 146.8},
+      {5, 1, 25.0, 31.0},    {5, 2, 42.5, 36.0},    {5, 4, 70.9, 45.8},    {5, 8, 116.3, 66.9},
+      {5, 16, 172.8, 91.4},  {5, 32, 200.5, 101.6}, {5, 64, 222.5, 123.0}, {5, 128, 302.0, 132.4},
+  };
+  int agree = 0;
+  for (const Measured& m : measured) {
+    INFO("shape " << m.shape << " tokens " << m.tokens);
+    const bool indexed = path_of(kInt4Shapes[m.shape], m.tokens) == CHORD_MOE_DECODE_INDEXED;
+    const double chosen = indexed ? m.indexed_us : m.warp_us, best = std::min(m.warp_us, m.indexed_us);
+    CHECK(chosen <= 1.2 * best);  // a wrong pick costs at most 20%
+    agree += chosen == best;
+  }
+  CHECK(agree >= 44);  // of 48 (the misses: at 32-64 tokens on the 7168-wide EP shapes, within 16%)
 }
