@@ -62,6 +62,34 @@ chord_w4a16_weight_t packed_weight(chord_w4a16_layout_t layout, int32_t experts,
   return chordrt::ops::w4a16_pack(p, nullptr);
 }
 
+// Dispatches warp decode on fake pointers (planning only reads the shape).
+void dispatch_warp_decode(int32_t format, int64_t tokens, int32_t hidden, int32_t intermediate, int32_t experts,
+                          int32_t global_experts, int32_t top_k) {
+  chord_warp_decode_moe_args_t a{};
+  a.struct_size = sizeof a;
+  a.format = format;
+  a.num_tokens = tokens;
+  a.hidden = hidden;
+  a.intermediate = intermediate;
+  a.num_experts = experts;
+  a.top_k = top_k;
+  a.x = fake(0);
+  a.topk_ids = fake<const int32_t>(1);
+  a.topk_weights = fake<const float>(2);
+  a.w13 = fake(3);
+  a.w13_scale = fake(4);
+  a.w2 = fake(5);
+  a.w2_scale = fake(6);
+  a.workspace = fake(7);
+  a.workspace_bytes = chordrt::ops::warp_decode_moe_workspace_size(tokens, top_k, intermediate);
+  a.output = fake(8);
+  if (experts != global_experts) {
+    a.expert_map = fake<const int32_t>(9);
+    a.num_global_experts = global_experts;
+  }
+  chordrt::ops::warp_decode_moe(a, nullptr);
+}
+
 }  // namespace
 
 TEST_CASE("dry-run dispatch: the glue ops at the glue bench's points are planned", "[plan][dispatch]") {
@@ -222,29 +250,7 @@ TEST_CASE("dry-run dispatch: warp decode at the warp-decode bench's points is pl
       INFO(model << " " << c.deployment);
       const size_t asked = expect_planned(model, c.deployment, [&] {
         for (int64_t tokens : {1, 2, 4, 8, 16, 32, 64}) {
-          chord_warp_decode_moe_args_t a{};
-          a.struct_size = sizeof a;
-          a.format = format;
-          a.num_tokens = tokens;
-          a.hidden = c.hidden;
-          a.intermediate = c.intermediate;
-          a.num_experts = c.experts;
-          a.top_k = c.top_k;
-          a.x = fake(0);
-          a.topk_ids = fake<const int32_t>(1);
-          a.topk_weights = fake<const float>(2);
-          a.w13 = fake(3);
-          a.w13_scale = fake(4);
-          a.w2 = fake(5);
-          a.w2_scale = fake(6);
-          a.workspace = fake(7);
-          a.workspace_bytes = chordrt::ops::warp_decode_moe_workspace_size(tokens, c.top_k, c.intermediate);
-          a.output = fake(8);
-          if (c.experts != c.global_experts) {
-            a.expert_map = fake<const int32_t>(9);
-            a.num_global_experts = c.global_experts;
-          }
-          chordrt::ops::warp_decode_moe(a, nullptr);
+          dispatch_warp_decode(format, tokens, c.hidden, c.intermediate, c.experts, c.global_experts, c.top_k);
         }
       });
       CHECK(asked >= 2);
@@ -339,7 +345,8 @@ TEST_CASE("dry-run dispatch: the DSA indexer at the DSA bench's points is planne
   }
 }
 
-TEST_CASE("dry-run dispatch: the decode crossover bench's points are planned", "[plan][dispatch][indexed][warp_decode]") {
+TEST_CASE("dry-run dispatch: the decode crossover bench's points are planned",
+          "[plan][dispatch][indexed][warp_decode]") {
   // bench/decode_crossover_bench.py: warp_decode_bench's six shapes, INT4, 1..128 tokens, two paths on the same
   // routing: warp decode, and the composed indexed decode (MMA layout): the packers, moe_align over the global
   // experts (the map under EP) at each projection's block_m for the routes expected here (one align when both
@@ -366,32 +373,11 @@ TEST_CASE("dry-run dispatch: the decode crossover bench's points are planned", "
       const chord_w4a16_weight_t gate_up = packed_weight(CHORD_W4A16_LAYOUT_MMA, c.experts, 2 * i, h);
       const chord_w4a16_weight_t down = packed_weight(CHORD_W4A16_LAYOUT_MMA, c.experts, h, i);
       for (int64_t tokens : {1, 2, 4, 8, 16, 32, 64, 128}) {
-        chord_warp_decode_moe_args_t w{};
-        w.struct_size = sizeof w;
-        w.format = CHORD_WEIGHT_INT4_GROUP32;
-        w.num_tokens = tokens;
-        w.hidden = h;
-        w.intermediate = i;
-        w.num_experts = c.experts;
-        w.top_k = k;
-        w.x = fake(0);
-        w.topk_ids = fake<const int32_t>(1);
-        w.topk_weights = fake<const float>(2);
-        w.w13 = fake(3);
-        w.w13_scale = fake(4);
-        w.w2 = fake(5);
-        w.w2_scale = fake(6);
-        w.workspace = fake(7);
-        w.workspace_bytes = chordrt::ops::warp_decode_moe_workspace_size(tokens, k, i);
-        w.output = fake(8);
-        if (ep) {
-          w.expert_map = fake<const int32_t>(9);
-          w.num_global_experts = c.global_experts;
-        }
-        chordrt::ops::warp_decode_moe(w, nullptr);
+        dispatch_warp_decode(CHORD_WEIGHT_INT4_GROUP32, tokens, h, i, c.experts, c.global_experts, k);
 
         const int64_t routed = std::max<int64_t>(1, tokens * k * c.experts / c.global_experts);
-        const int32_t bm_gate_up = chordrt::ops::indexed_block_m(CHORD_W4A16_LAYOUT_MMA, c.experts, 2 * i, h, routed, 0);
+        const int32_t bm_gate_up =
+            chordrt::ops::indexed_block_m(CHORD_W4A16_LAYOUT_MMA, c.experts, 2 * i, h, routed, 0);
         const int32_t bm_down = chordrt::ops::indexed_block_m(CHORD_W4A16_LAYOUT_MMA, c.experts, h, i, routed, 0);
         for (int32_t block_m : {bm_gate_up, bm_down}) {
           const int64_t cap = chordrt::ops::moe_align_sorted_capacity(tokens, k, c.global_experts, block_m);

@@ -76,13 +76,7 @@ TEST_CASE("decode path: the model orders the paths sensibly", "[moe_decode_path]
       indexed = indexed || now;
     }
     // The modeled times grow with the batch.
-    const WarpDecodeShape ws{chordrt::heuristics::WeightFormat::kInt4Group32,
-                             s.hidden,
-                             s.intermediate,
-                             s.num_experts,
-                             s.num_global_experts,
-                             s.top_k,
-                             s.num_global_experts != s.num_experts};
+    const WarpDecodeShape ws = chordrt::ops::heuristic_shape(s);
     const auto t8 = chordrt::heuristics::model_decode_path_times(ws, 8);
     const auto t64 = chordrt::heuristics::model_decode_path_times(ws, 64);
     CHECK(t64.warp_us > t8.warp_us);

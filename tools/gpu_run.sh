@@ -134,15 +134,16 @@ if [ "${CHORD_GPU_RACECHECK_PLAN:-0}" = 1 ]; then
   step racecheck_plan python3 tools/racecheck_plan.py plan --jobs "${CHORD_SANITIZE_JOBS:-8}" --out "$plan_dir" \
     "$plan_dir"/*.tests.jsonl
   if [ -f "$plan_dir/plan.json" ]; then
-    mapfile -t plan_cases <"$plan_dir/catch2.txt"
-    for ((i = 0; i < ${#plan_cases[@]}; i++)); do
-      throttle "${CHORD_SANITIZE_JOBS:-8}"
-      sanitize racecheck plan_catch2 "$i" &
-    done
+    # The long pytest groups first; the Catch2 cases fill the slots they free.
     for ((g = 0; ; g++)); do
       [ -f "$plan_dir/pytest_$g.txt" ] || break
       throttle "${CHORD_SANITIZE_JOBS:-8}"
       sanitize racecheck plan_pytest "$g" &
+    done
+    mapfile -t plan_cases <"$plan_dir/catch2.txt"
+    for ((i = 0; i < ${#plan_cases[@]}; i++)); do
+      throttle "${CHORD_SANITIZE_JOBS:-8}"
+      sanitize racecheck plan_catch2 "$i" &
     done
     wait
     grep -qE '^sanitize_racecheck_plan_.* (FAIL|TIMEOUT) ' "$out/summary.txt" && status=1

@@ -28,6 +28,16 @@ std::string indexed_decode_rejection(const chord_moe_shape_t& s) {
 
 }  // namespace
 
+heuristics::WarpDecodeShape heuristic_shape(const chord_moe_shape_t& s) {
+  return {static_cast<heuristics::WeightFormat>(s.format),
+          s.hidden,
+          s.intermediate,
+          s.num_experts,
+          s.num_global_experts,
+          s.top_k,
+          s.num_global_experts != s.num_experts};
+}
+
 heuristics::MoeDecodePath moe_decode_path(const chord_moe_shape_t& s, int64_t num_tokens, const DeviceFacts& facts) {
   constexpr const char* op = "moe_decode_path";
   if (s.format != CHORD_WEIGHT_INT4_GROUP32 && s.format != CHORD_WEIGHT_MXFP8) {
@@ -48,14 +58,7 @@ heuristics::MoeDecodePath moe_decode_path(const chord_moe_shape_t& s, int64_t nu
   }
   if (warp.status != CHORD_SUCCESS) return heuristics::MoeDecodePath::kIndexed;
   if (!indexed.empty()) return heuristics::MoeDecodePath::kWarp;
-  const heuristics::WarpDecodeShape shape{static_cast<heuristics::WeightFormat>(s.format),
-                                          s.hidden,
-                                          s.intermediate,
-                                          s.num_experts,
-                                          s.num_global_experts,
-                                          s.top_k,
-                                          s.num_global_experts != s.num_experts};
-  return heuristics::faster_decode_path(shape, num_tokens, facts);
+  return heuristics::faster_decode_path(heuristic_shape(s), num_tokens, facts);
 }
 
 }  // namespace chordrt::ops

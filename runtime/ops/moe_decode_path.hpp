@@ -10,6 +10,9 @@
 
 namespace chordrt::ops {
 
+// The heuristics' view of a C shape (an expert map when the global ids outnumber the local experts).
+heuristics::WarpDecodeShape heuristic_shape(const chord_moe_shape_t& shape);
+
 heuristics::MoeDecodePath moe_decode_path(const chord_moe_shape_t& shape, int64_t num_tokens,
                                           const DeviceFacts& facts = {});
 

@@ -114,13 +114,13 @@ def test_groups_are_balanced_by_duration_and_keep_collection_order():
     assert rp.balance([], 8) == []
 
 
-def test_catch2_cases_take_racecheck_slots_from_the_pytest_groups():
+def test_pytest_groups_take_every_slot_and_catch2_cases_queue():
     records = [_record(f"p{i}", 1.0, [f"p{i}"]) for i in range(10)]
     records += [_record("moe_align small", 1.0, ["c1"], kind="catch2"),
                 _record("moe_align large", 1.0, ["c2"], kind="catch2")]
     plan = rp.make_plan(_tests(*records), {}, jobs=8)
     assert [t["name"] for t in plan["catch2"]] == ["moe_align small", "moe_align large"]
-    assert len(plan["pytest_groups"]) == 6
+    assert len(plan["pytest_groups"]) == 8
     assert plan["covered_keys"] == plan["required_keys"] == 12
 
 
