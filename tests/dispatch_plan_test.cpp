@@ -62,6 +62,26 @@ chord_w4a16_weight_t packed_weight(chord_w4a16_layout_t layout, int32_t experts,
   return chordrt::ops::w4a16_pack(p, nullptr);
 }
 
+// Dispatches an indexed GEMM on fake pointers: `routes` routes over a routing of block_m blocks with
+// `capacity` sorted-id slots (planning only reads the shape).
+void dispatch_indexed_gemm(const chord_w4a16_weight_t& weight, int32_t top_k, int64_t routes, int32_t block_m,
+                           int64_t capacity) {
+  chord_indexed_args_t a{};
+  a.struct_size = sizeof(a);
+  a.a = fake(8);
+  a.top_k = top_k;
+  a.num_tokens = routes / top_k;
+  a.block_m = block_m;
+  a.weight = &weight;
+  a.sorted_token_ids = fake<const int32_t>(4);
+  a.sorted_token_ids_capacity = capacity;
+  a.expert_ids = fake<const int32_t>(5);
+  a.expert_ids_capacity = (capacity + block_m - 1) / block_m;
+  a.num_tokens_post_padded = fake<const int32_t>(6);
+  a.out = fake(9);
+  chordrt::ops::indexed_gemm(a, nullptr);
+}
+
 // Dispatches warp decode on fake pointers (planning only reads the shape).
 void dispatch_warp_decode(int32_t format, int64_t tokens, int32_t hidden, int32_t intermediate, int32_t experts,
                           int32_t global_experts, int32_t top_k) {
@@ -203,20 +223,7 @@ TEST_CASE("dry-run dispatch: the indexed GEMMs at the indexed bench's points are
                                           c.expert_map ? fake<const int32_t>(7) : nullptr};
           chordrt::ops::moe_align(al, nullptr);
           const bool is_gate_up = n == c.gate_up.first && k == c.gate_up.second;
-          chord_indexed_args_t a{};
-          a.struct_size = sizeof(a);
-          a.a = fake(8);
-          a.top_k = is_gate_up ? 8 : 1;
-          a.num_tokens = tokens * 8 / a.top_k;
-          a.block_m = block_m;
-          a.weight = &w;
-          a.sorted_token_ids = fake<const int32_t>(4);
-          a.sorted_token_ids_capacity = cap;
-          a.expert_ids = fake<const int32_t>(5);
-          a.expert_ids_capacity = (cap + block_m - 1) / block_m;
-          a.num_tokens_post_padded = fake<const int32_t>(6);
-          a.out = fake(9);
-          chordrt::ops::indexed_gemm(a, nullptr);
+          dispatch_indexed_gemm(w, is_gate_up ? 8 : 1, tokens * 8, block_m, cap);
           ++gemms;
         }
       }
@@ -398,20 +405,7 @@ TEST_CASE("dry-run dispatch: the decode crossover bench's points are planned",
         for (const bool is_gate_up : {true, false}) {
           const int32_t block_m = is_gate_up ? bm_gate_up : bm_down;
           const int64_t cap = chordrt::ops::moe_align_sorted_capacity(tokens, k, c.global_experts, block_m);
-          chord_indexed_args_t a{};
-          a.struct_size = sizeof(a);
-          a.a = fake(13);
-          a.top_k = is_gate_up ? k : 1;
-          a.num_tokens = tokens * k / a.top_k;
-          a.block_m = block_m;
-          a.weight = is_gate_up ? &gate_up : &down;
-          a.sorted_token_ids = fake<const int32_t>(10);
-          a.sorted_token_ids_capacity = cap;
-          a.expert_ids = fake<const int32_t>(11);
-          a.expert_ids_capacity = (cap + block_m - 1) / block_m;
-          a.num_tokens_post_padded = fake<const int32_t>(12);
-          a.out = fake(14);
-          chordrt::ops::indexed_gemm(a, nullptr);
+          dispatch_indexed_gemm(is_gate_up ? gate_up : down, is_gate_up ? k : 1, tokens * k, block_m, cap);
         }
         const chord_silu_and_mul_args_t s{sizeof(s), fake(14), fake(15), tokens * k, i};
         chordrt::ops::silu_and_mul(s, nullptr);
