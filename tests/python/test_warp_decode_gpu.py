@@ -8,6 +8,8 @@ Skipped unless torch with a CUDA device is available.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -27,6 +29,12 @@ SHAPES = {
     "qwen3_235b_tp4": (4096, 384, 128, 128, 8, None),
     "deepseek_v2_lite": (2048, 1408, 64, 64, 6, None),
 }
+# Small shapes for configs forced through CHORD_WARP_DECODE_CONFIG (test_large_bucket_down_configs_...).
+CONFIG_SHAPES = {
+    "small": (1024, 512, 16, 16, 4, None),
+    "small_ep": (1024, 512, 16, 64, 4, 2),
+}
+ALL_SHAPES = {**SHAPES, **CONFIG_SHAPES}
 TOKENS = (1, 2, 4, 8, 16, 32, 64)
 # BF16 output of an FP32-accumulated path: a few BF16 roundings (h and the output)
 MAX_REL_ERR = 1e-2
@@ -46,13 +54,13 @@ _weights = {}  # all six sets stay resident (~8 GB), so parametrization order do
 def weights(shape, fmt):
     key = (shape, fmt)
     if key not in _weights:
-        h, i, e = SHAPES[shape][:3]
+        h, i, e = ALL_SHAPES[shape][:3]
         _weights[key] = mr.random_moe_weights(torch, fmt, e, h, i, DEV, seed=sum(map(ord, shape + fmt)))
     return _weights[key]
 
 
 def expert_map(shape):
-    h, i, e, g, k, rank = SHAPES[shape]
+    h, i, e, g, k, rank = ALL_SHAPES[shape]
     return None if rank is None else mr.contiguous_expert_map(torch, g, e, rank, DEV)
 
 
@@ -139,6 +147,46 @@ def test_invalid_and_unmapped_ids_contribute_nothing():
     ids[5] = (rank + 1) * e  # token 5: not a single local expert
     out, ref, _ = check(shape, "int4", x, ids, rw, expert_map(shape))
     assert torch.count_nonzero(out[5]) == 0
+
+
+def check_uniform(shape, fmt, m, seed):
+    """One uniform-routing case of any shape (also run by test_large_bucket_down_configs_... in a child)."""
+    h, i, e, g, k, rank = ALL_SHAPES[shape]
+    x = tokens_input(m, h, seed)
+    ids, rw = mr.random_routing(torch, m, k, g, DEV, seed=seed)
+    return check(shape, fmt, x, ids, rw, expert_map(shape))[2]
+
+
+CHILD_CHECK = """
+import json, sys
+sys.path.insert(0, {dir!r})
+import test_warp_decode_gpu as t
+print(json.dumps(t.check_uniform({shape!r}, {fmt!r}, 16, 5)))
+"""
+
+
+# The heuristic picks these down configs only for big token buckets (4 warps with one row tile when 128
+# tokens' accumulators fill shared memory; K split in two over two row tiles on EP shapes), so the tests
+# above reach them only at Kimi shapes, where one launch takes minutes under racecheck. Forced through
+# CHORD_WARP_DECODE_CONFIG on a small shape (a fresh process: the environment is read once), they are cheap
+# to check, and to racecheck.
+@pytest.mark.parametrize("shape", list(CONFIG_SHAPES))
+@pytest.mark.parametrize("fmt", mr.FORMATS)
+@pytest.mark.parametrize("down", ["warps=4,k_chunks=1,row_tiles=1,n_tiles=1,stage_groups=4,stages=4",
+                                  "warps=8,k_chunks=2,row_tiles=2,n_tiles=1,stage_groups=4,stages=2"])
+def test_large_bucket_down_configs_on_a_small_shape(python_runner, tmp_path, shape, fmt, down):
+    # The child appends to the launch log this process records with (racecheck plans), else to its own.
+    log = os.environ.get("CHORD_LAUNCH_LOG") or str(tmp_path / "launches.log")
+    start = os.path.getsize(log) if os.path.exists(log) else 0
+    code = CHILD_CHECK.format(dir=os.path.dirname(os.path.abspath(__file__)), shape=shape, fmt=fmt)
+    r = python_runner(code, timeout=900, CHORD_WARP_DECODE_CONFIG=",".join("down." + kv for kv in down.split(",")),
+                      CHORD_LAUNCH_LOG=log)
+    stats = r.result
+    assert stats["rel_err"] < MAX_REL_ERR and stats["cosine"] > MIN_COSINE, stats
+    with open(log) as f:
+        f.seek(start)
+        downs = [line for line in f.read().splitlines() if "warp_decode.down[" in line]
+    assert downs and all(kv in downs[-1] for kv in down.split(",")), downs
 
 
 def test_duplicate_expert_within_a_token():
