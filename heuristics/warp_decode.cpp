@@ -126,7 +126,10 @@ WarpDecodeDownConfig select_warp_decode_down(const WarpDecodeShape& s, int64_t t
   // 8 warps: measured 11-13% faster than 4 for Kimi TP8 at 8-32 tokens, equal for EP8 (sweep on the H200).
   // The per-warp [token][row] accumulators grow with the token bucket: the first of 8 warps with the
   // preferred row tiles, 8 warps with one tile, 4 warps, that keeps two CTAs per SM (a CTA's start and end
-  // then overlap another's stream) wherever the grid has more CTAs than SMs.
+  // then overlap another's stream) wherever the grid has more CTAs than SMs. Except INT4 with two row
+  // tiles, which one CTA per SM runs faster: its dequant makes it issue-bound at big buckets, and the
+  // second tile shares the activation work (Kimi K2 INT4 at 64 / 128 tokens: TP8 -5% / -27%, EP8 0% / -9%;
+  // MXFP8, cheaper to convert, was 4% / 9% slower that way: sweeps/warp_decode_down_rt2-*).
   WarpDecodeDownConfig chosen{};
   for (const int warps : {8, 4}) {
     for (const int rt : {s.hidden % 32 == 0 && long_items(warps) ? 2 : 1, 1}) {
@@ -136,7 +139,9 @@ WarpDecodeDownConfig select_warp_decode_down(const WarpDecodeShape& s, int64_t t
           wd::down_dynamic_smem(static_cast<int>(s.format), warps, c.max_tokens, c.stage_groups, rt, c.stages) +
           wd::route_table_bytes(s.experts, c.max_tokens * s.top_k);
       const int64_t ctas = s.hidden / (16 * rt);
-      if (ctas <= facts.sm_count || resident_ctas(warps, rt, c.n_tiles, smem, facts) >= 2) return c;
+      const bool int4_two_tiles =
+          s.format == WeightFormat::kInt4Group32 && rt == 2 && smem <= facts.max_smem_per_block_optin;
+      if (ctas <= facts.sm_count || int4_two_tiles || resident_ctas(warps, rt, c.n_tiles, smem, facts) >= 2) return c;
     }
   }
   return chosen;
