@@ -1,6 +1,8 @@
 // Host costs of the JIT runtime:
 //  - cold NVRTC compile, one kernel at a time, of a deployment's plan (default kimi-k2 ep8) and every
 //    family's example descriptors (fresh cache directory),
+//  - a fixed reference program compiled the same way, whose time measures the machine (the 2-core
+//    development machine's speed varied 2x between days): kernel time / reference time compares runs,
 //  - disk-hit load (a fresh runtime on the same directory),
 //  - with a GPU: host time per launch on a memo hit (chordrt op vs a raw cuLaunchKernelEx of the same
 //    function, and the lookup alone: context + descriptor + memo).
@@ -23,6 +25,7 @@
 #include "runtime/kernel_registry.hpp"
 #include "runtime/launch.hpp"
 #include "runtime/model_plan.hpp"
+#include "runtime/nvrtc_compiler.hpp"
 #include "runtime/ops/glue.hpp"
 
 using namespace chordrt;
@@ -37,6 +40,39 @@ double median(std::vector<double> v) {
 }
 
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+// Never edit: its compile time is the yardstick across runs. One templated kernel with an unrolled FMA
+// loop, shared memory and a warp shuffle, sized to compile in ~100-200 ms like a small chordrt kernel.
+constexpr const char* kReferenceSource = R"(
+template <int N>
+__global__ void reference_kernel(const float* __restrict__ x, float* __restrict__ y, int n) {
+  __shared__ float tile[256];
+  float acc[N];
+#pragma unroll
+  for (int i = 0; i < N; ++i) acc[i] = x[(threadIdx.x + i * 37) % n];
+  tile[threadIdx.x % 256] = acc[0];
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < 64; ++k) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) acc[i] = __fmaf_rn(acc[i], tile[(k * 7 + i) % 256], acc[(i + 1) % N]);
+  }
+  float s = 0.0f;
+#pragma unroll
+  for (int i = 0; i < N; ++i) s += acc[i];
+  for (int o = 16; o > 0; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
+  if (threadIdx.x % 32 == 0) y[blockIdx.x * blockDim.x / 32 + threadIdx.x / 32] = s;
+}
+)";
+
+double reference_compile_ms(const Arch& arch) {
+  std::vector<double> ms;
+  for (int i = 0; i < 5; ++i) {
+    ms.push_back(Nvrtc::get().compile(kReferenceSource, "reference_kernel<16>", nvrtc_options(arch), {}, "reference")
+                     .compile_ms);
+  }
+  return median(ms);
+}
 
 json bench_compile(const std::string& model, const std::string& deployment) {
   char tmpl[] = "/tmp/chord-bench-XXXXXX";
@@ -53,12 +89,13 @@ json bench_compile(const std::string& model, const std::string& deployment) {
     }
   }
   json kernels = json::array();
-  std::vector<double> cold, load;
+  std::vector<double> cold, load, plan_cold;
   {
     JitRuntime rt(opts);
     for (const auto& d : all) {
       const auto r = rt.ensure_compiled(d);
       cold.push_back(r.compile_ms);
+      if (kernels.size() < planned) plan_cold.push_back(r.compile_ms);
       kernels.push_back({{"descriptor", jit::to_string(d)},
                          {"family", d.schema->family},
                          {"in_plan", kernels.size() < planned},
@@ -77,10 +114,14 @@ json bench_compile(const std::string& model, const std::string& deployment) {
     }
   }
   std::filesystem::remove_all(dir);
+  const double reference_ms = reference_compile_ms(arch);
   return {{"plan", model + " " + deployment},
           {"kernels", kernels},
+          {"reference_compile_ms", reference_ms},
           {"cold_compile_ms_median", median(cold)},
           {"cold_compile_ms_max", *std::max_element(cold.begin(), cold.end())},
+          {"plan_cold_compile_ms_median", median(plan_cold)},
+          {"plan_cold_compile_ms_max", *std::max_element(plan_cold.begin(), plan_cold.end())},
           {"disk_hit_ms_median", median(load)}};
 }
 
@@ -174,9 +215,13 @@ int main(int argc, char** argv) {
   }
   json result = {{"compile", bench_compile(model, deployment)}, {"launch", bench_launch()}};
   const auto& c = result["compile"];
-  fmt::print("cold NVRTC compile: median {:.1f} ms, max {:.1f} ms over {} kernels; disk hit median {:.2f} ms\n",
-             c["cold_compile_ms_median"].get<double>(), c["cold_compile_ms_max"].get<double>(), c["kernels"].size(),
-             c["disk_hit_ms_median"].get<double>());
+  fmt::print(
+      "cold NVRTC compile: plan {} median {:.1f} ms, max {:.1f} ms; all {} kernels median {:.1f} ms, max {:.1f} ms; "
+      "reference program {:.1f} ms; disk hit median {:.2f} ms\n",
+      c["plan"].get<std::string>(), c["plan_cold_compile_ms_median"].get<double>(),
+      c["plan_cold_compile_ms_max"].get<double>(), c["kernels"].size(), c["cold_compile_ms_median"].get<double>(),
+      c["cold_compile_ms_max"].get<double>(), c["reference_compile_ms"].get<double>(),
+      c["disk_hit_ms_median"].get<double>());
   const auto& l = result["launch"];
   if (l.contains("skipped")) {
     fmt::print("launch overhead: skipped ({})\n", l["skipped"].get<std::string>());
