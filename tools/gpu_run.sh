@@ -19,7 +19,8 @@
 # (tools/racecheck_plan.py): the [gpu] Catch2 cases (one process each) and the GPU pytest files run
 # normally beside each other with CHORD_LAUNCH_LOG, recording which kernel keys each test launches
 # (step launch_records, under CHORD_STEP_LIMIT_S); the plan picks the cheapest tests covering every key
-# but the grouped GEMM's (step racecheck_plan); then racecheck runs each chosen Catch2 case as its own
+# but the grouped GEMM's, warp decode's once per structure (CHORD_RACECHECK_COVER=key: every key; step
+# racecheck_plan); then racecheck runs each chosen Catch2 case as its own
 # process and the chosen pytest tests in groups balanced by duration, one pytest process each,
 # CHORD_SANITIZE_JOBS (default 8) at once, each under CHORD_SANITIZE_LIMIT_S (steps
 # sanitize_racecheck_plan_{catch2,pytest}_<i>). OUTDIR/racecheck_report.txt says which planned tests
@@ -134,6 +135,7 @@ if [ "${CHORD_GPU_RACECHECK_PLAN:-0}" = 1 ]; then
     python3 tools/racecheck_plan.py record --catch2 "$build/tests/chordrt_tests" --out "$plan_dir" \
     --deadline-s "$((${CHORD_STEP_LIMIT_S:-400} - 30))" tests/python/test_*_gpu.py
   step racecheck_plan python3 tools/racecheck_plan.py plan --jobs "${CHORD_SANITIZE_JOBS:-8}" --out "$plan_dir" \
+    --cover "${CHORD_RACECHECK_COVER:-structure}" \
     "$plan_dir"/*.tests.jsonl
   if [ -f "$plan_dir/plan.json" ]; then
     # The long pytest groups first; the Catch2 cases fill the slots they free.

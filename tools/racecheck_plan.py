@@ -11,8 +11,10 @@ with CHORD_GPU_RACECHECK_PLAN=1:
       JSON object per test: DIR/catch2.tests.jsonl (this script) and DIR/<file stem>.log.tests.jsonl
       (tests/python/conftest.py): {"nodeid" or "case", "duration_s", "keys", "descriptors", "launches",
       "outcome"}.
-  plan RECORDS... --out DIR [--jobs N] [--exclude-family F]...
-      A greedy weighted set cover of the keys by the tests' normal-run durations: DIR/plan.json,
+  plan RECORDS... --out DIR [--jobs N] [--exclude-family F]... [--cover structure|key]
+      A greedy weighted set cover of the keys (warp decode's: of their structures, SHAPE_FIELDS) by the
+      tests' normal-run durations (plus, for a structure cover, the weight bytes they stream under
+      racecheck): DIR/plan.json,
       DIR/catch2.txt (one case per line) and DIR/pytest_<g>.txt (one nodeid per line, groups balanced by
       duration, run side by side).
   report --plan DIR/plan.json --logs OUTDIR
@@ -40,6 +42,16 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 # complete_tx ordering of a raw cp.async.bulk, so it reports every read of a bulk-copied stage.
 EXCLUDED_FAMILIES = ("grouped.gemm", "indexed.prefill")
 
+# Warp decode's kernels differ between model shapes only in constants (hidden, intermediate, experts, top-k,
+# token bucket): the rings, barriers and job loops are the same code, while one launch at a Kimi K2 shape
+# takes minutes under racecheck (36 tests did not finish in 300 s on the H200). With --cover structure (the
+# default) these families are covered once per structure, the descriptor without those fields, which
+# small shapes reach; --cover key covers every cache key.
+SHAPE_FIELDS = {
+    "warp_decode.gate_up": ("hidden", "intermediate", "experts", "top_k", "max_tokens"),
+    "warp_decode.down": ("hidden", "intermediate", "experts", "top_k", "max_tokens"),
+}
+
 # gpu_run.sh's step names for the plan's racecheck runs (its logs are OUTDIR/<name>.log).
 CATCH2_STEP = "sanitize_racecheck_plan_catch2_{}"
 PYTEST_STEP = "sanitize_racecheck_plan_pytest_{}"
@@ -66,6 +78,38 @@ def launch_record(log_path, start: int, end: int) -> dict:
 def family_of(descriptor: str) -> str:
     """"glue.moe_align[sm_90a]{...}" -> "glue.moe_align"."""
     return descriptor.partition("[")[0]
+
+
+# What a warp decode launch costs under racecheck grows with the weight bytes it streams through shared
+# memory, which a test's normal duration (mostly Python) does not show: ~1 s per MB on the H200 (tests
+# streaming ~50-500 MB of Kimi K2 weights did not finish in 300 s). Charged to a test in a structure cover,
+# so the cover prefers small shapes.
+RACECHECK_S_PER_BYTE = 1e-6
+
+
+def streamed_bytes(descriptor: str) -> float:
+    """Upper bound of the weight bytes one launch of a SHAPE_FIELDS kernel streams: every reachable expert's
+    gate, up and down rows at INT4 or MXFP8 (0 for other families)."""
+    if family_of(descriptor) not in SHAPE_FIELDS or "{" not in descriptor:
+        return 0.0
+    f = dict(kv.partition("=")[::2] for kv in descriptor.partition("{")[2].rstrip("}").split(","))
+    try:
+        experts = min(int(f["experts"]), int(f["max_tokens"]) * int(f["top_k"]))
+        per_value = 0.5 if f.get("format", "0") == "0" else 1.0
+        return 3.0 * int(f["hidden"]) * int(f["intermediate"]) * experts * per_value
+    except (KeyError, ValueError):
+        return 0.0
+
+
+def cover_unit(key: str, descriptor: str, structure: bool) -> str:
+    """What the plan covers for a kernel: its key, or (structure cover of SHAPE_FIELDS' families) its
+    descriptor without the shape fields."""
+    fields = SHAPE_FIELDS.get(family_of(descriptor)) if structure else None
+    if not fields or "{" not in descriptor:
+        return key
+    head, _, body = descriptor.partition("{")
+    kept = [kv for kv in body.rstrip("}").split(",") if kv.partition("=")[0] not in fields]
+    return head + "{" + ",".join(kept) + "}"
 
 
 def catch2_filter(name: str) -> str:
@@ -161,7 +205,21 @@ def balance(tests, groups: int) -> list:
     return [sorted(b, key=lambda t: t.index) for b in bins]
 
 
-def make_plan(tests, descriptors: dict, excluded_families=EXCLUDED_FAMILIES, jobs: int = 8) -> dict:
+def make_plan(tests, descriptors: dict, excluded_families=EXCLUDED_FAMILIES, jobs: int = 8,
+              structure: bool = True) -> dict:
+    """The cover of every kernel (each a key, or with `structure` a SHAPE_FIELDS family's structure: the
+    plan's "keys" are then those units, and its descriptors name them)."""
+    unit = {k: cover_unit(k, descriptors.get(k, ""), structure) for t in tests for k in t.keys}
+
+    def cost(t):
+        if not structure:
+            return t.duration_s
+        return t.duration_s + RACECHECK_S_PER_BYTE * sum(streamed_bytes(descriptors.get(k, "")) for k in t.keys)
+
+    normal_s = {t.index: t.duration_s for t in tests}  # the cover weighs tests by cost, the plan reports these
+    tests = [Record(t.kind, t.name, cost(t), list(dict.fromkeys(unit[k] for k in t.keys)), t.outcome, t.index)
+             for t in tests]
+    descriptors = {unit[k]: descriptors.get(k, "") for k in unit}
     all_keys = set().union(*(set(t.keys) for t in tests)) if tests else set()
     excluded = {k for k in all_keys if family_of(descriptors.get(k, "")) in set(excluded_families)}
     required = all_keys - excluded
@@ -174,10 +232,11 @@ def make_plan(tests, descriptors: dict, excluded_families=EXCLUDED_FAMILIES, job
     groups = balance(pytest_tests, max(1, jobs))
 
     def entry(t):
-        return {"name": t.name, "duration_s": t.duration_s, "outcome": t.outcome, "keys": sorted(t.required)}
+        return {"name": t.name, "duration_s": normal_s[t.index], "outcome": t.outcome, "keys": sorted(t.required)}
 
     covered = set().union(*(t.required for t in chosen)) if chosen else set()
     return {
+        "cover": "structure" if structure else "key",
         "keys": len(all_keys),
         "required_keys": len(required),
         "excluded_keys": len(excluded),
@@ -185,10 +244,11 @@ def make_plan(tests, descriptors: dict, excluded_families=EXCLUDED_FAMILIES, job
         "covered_keys": len(covered),
         "uncovered": sorted(required - covered),
         "tests_recorded": len(tests),
-        "estimated_s": round(sum(t.duration_s for t in chosen), 3),
+        "estimated_s": round(sum(normal_s[t.index] for t in chosen), 3),
         "catch2": [entry(t) for t in sorted(catch2, key=lambda t: t.index)],
         "pytest_groups": [
-            {"estimated_s": round(sum(t.duration_s for t in g), 3), "tests": [entry(t) for t in g]} for g in groups
+            {"estimated_s": round(sum(normal_s[t.index] for t in g), 3), "tests": [entry(t) for t in g]}
+            for g in groups
         ],
         "descriptors": {k: descriptors.get(k, "") for k in sorted(required)},
     }
@@ -313,7 +373,7 @@ def cmd_plan(args) -> int:
     if not tests:
         print("no test records", file=sys.stderr)
         return 1
-    plan = make_plan(tests, descriptors, args.exclude_family or EXCLUDED_FAMILIES, args.jobs)
+    plan = make_plan(tests, descriptors, args.exclude_family or EXCLUDED_FAMILIES, args.jobs, args.cover == "structure")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("pytest_*.txt"):
@@ -431,7 +491,8 @@ def cmd_report(args) -> int:
     checked = set().union(*(set(r[4]) for r in results if r[2] == "passed")) if results else set()
     unchecked = sorted(set(plan["descriptors"]) - checked)
     out = [
-        f"racecheck plan: {plan['covered_keys']} of {plan['required_keys']} kernel keys covered "
+        f"racecheck plan ({plan.get('cover', 'key')} cover): {plan['covered_keys']} of {plan['required_keys']} kernel "
+        "keys covered "
         f"({plan['excluded_keys']} of {plan['keys']} excluded: {', '.join(plan['excluded_families'])}) by "
         f"{len(results)} of {plan['tests_recorded']} recorded tests, estimated normal-run {plan['estimated_s']:.1f} s"
         f" (launch_records {steps.get('launch_records', '-')})",
@@ -472,6 +533,8 @@ def main(argv=None) -> int:
     p.add_argument("records", nargs="+", help="*.tests.jsonl files")
     p.add_argument("--out", required=True, help="directory for plan.json, catch2.txt, pytest_<g>.txt")
     p.add_argument("--jobs", type=int, default=8, help="racecheck processes at once (default 8)")
+    p.add_argument("--cover", choices=("structure", "key"), default="structure",
+                   help="warp decode kernels once per structure (default) or every cache key")
     p.add_argument("--exclude-family", action="append",
                    help=f"descriptor family not racechecked (repeatable; default {' '.join(EXCLUDED_FAMILIES)})")
     p = sub.add_parser("report", help="per planned test: passed, failed or timed out under racecheck")

@@ -104,6 +104,32 @@ def test_excluded_families_need_no_cover():
     assert list(plan["descriptors"]) == ["s1"]
 
 
+def test_structure_cover_takes_one_shape_per_warp_decode_structure():
+    def down(hidden, warps):
+        return (f"warp_decode.down[sm_90a]{{format=0,hidden={hidden},intermediate=256,experts=384,top_k=8,"
+                f"max_tokens=8,warps={warps},k_chunks=1,row_tiles=2}}")
+    records = [
+        # Faster in a normal run, but it streams 7x the weights: racecheck time follows the bytes.
+        _record("kimi", 0.5, ["kimi"], descriptors=[down(7168, 8)]),
+        _record("small", 0.9, ["small"], descriptors=[down(1024, 8)]),
+        _record("small_4_warps", 0.1, ["small4"], descriptors=[down(1024, 4)]),
+        _record("glue", 1.0, ["s1"], descriptors=["glue.silu_and_mul[sm_90a]{vec=8}"]),
+    ]
+    descriptors = {k: d for r in records for k, d in zip(r["keys"], r["descriptors"])}
+    plan = rp.make_plan(_tests(*records), descriptors)
+    assert plan["cover"] == "structure"
+    assert (plan["keys"], plan["covered_keys"]) == (3, 3)  # the two 8-warp downs are one structure
+    assert sorted(t["name"] for g in plan["pytest_groups"] for t in g["tests"]) == ["glue", "small", "small_4_warps"]
+    assert rp.cover_unit("small4", down(1024, 4), True) in plan["descriptors"]
+    assert "hidden" not in rp.cover_unit("small4", down(1024, 4), True)
+    assert rp.streamed_bytes(down(7168, 8)) == 7 * rp.streamed_bytes(down(1024, 8)) > 0
+    assert plan["estimated_s"] == 0.9 + 0.1 + 1.0  # normal-run seconds, not the cover's costs
+    # Key cover: every cache key, so the Kimi-sized test too; other families are keys either way.
+    by_key = rp.make_plan(_tests(*records), descriptors, structure=False)
+    assert by_key["cover"] == "key" and by_key["covered_keys"] == 4
+    assert rp.cover_unit("s1", "glue.silu_and_mul[sm_90a]{vec=8}", True) == "s1"
+
+
 def test_groups_are_balanced_by_duration_and_keep_collection_order():
     tests = _tests(*[_record(f"t{i}", d, [f"k{i}"]) for i, d in enumerate([5, 4, 3, 3, 2, 1])])
     groups = rp.balance(tests, 2)
