@@ -34,7 +34,8 @@ an untimed first call, timed with the same CUDA-graph replays as chordrt, and ch
 reference rows. Rows get peer_us {"humming": µs}, vs_peer {"humming": chordrt_us / peer_us} (< 1: chordrt
 faster), peer_error and peer_config (its tuning config, block size, routing blocks); without the package the
 column is left out (one line says so).
-Usage: indexed_bench.py [--json FILE | --out FILE] [--quick] [--cases EP8/prefill,TP8/prefill,EP8/decode]
+Usage: indexed_bench.py [--json FILE | --out FILE] [--quick] [--cases EP8/prefill,TP8/prefill,EP8/decode
+                        (,EP8/decode-wgmma: the decode points on the prefill kernel's WGMMA_K64 layout)]
                         [--projections gate_up,down] [--tokens 1024,...] [--decode-tokens 20,50] [--budget-s S]
                         [--no-baseline] [--no-peers]
        indexed_bench.py --profile "EP8,gate_up,prefill,2048"   (a few untimed calls, for ncu)
@@ -91,7 +92,8 @@ class Case:
 
     @property
     def key(self):
-        return f"{self.parallel}/{self.phase}"
+        # The decode points on the prefill kernel's layout are a case of their own (decode-wgmma).
+        return f"{self.parallel}/{self.phase}" + ("-wgmma" if self.phase == "decode" and self.layout != "MMA" else "")
 
 
 EP_SHAPES = {"gate_up": (4096, 7168), "down": (7168, 2048)}
@@ -101,6 +103,9 @@ CASES = (
     Case("TP8", "prefill", 384, 384, False, 384, "WGMMA_K64", TP_SHAPES),
     # 160 / 400 routes uniformly over rank 0's 48 experts (a decode step sized by its local routes)
     Case("EP8", "decode", 48, 384, True, 48, "MMA", EP_SHAPES),
+    # The same decode points through the WGMMA kernel (its own block_m from indexed_block_m): whether one
+    # weight layout can serve decode as well as prefill.
+    Case("EP8", "decode", 48, 384, True, 48, "WGMMA_K64", EP_SHAPES),
 )
 
 
@@ -384,7 +389,7 @@ def bench_group(case, proj, tokens_list, ceil, args, deadline, skipped):
 
 def find_case(parallel, phase):
     for case in CASES:
-        if case.parallel == parallel.upper() and case.phase == phase:
+        if case.key == f"{parallel.upper()}/{phase}":
             return case
     raise SystemExit(f"no case {parallel}/{phase} (have {', '.join(c.key for c in CASES)})")
 
@@ -411,7 +416,8 @@ def main():
     ap.add_argument("--json", "--out", dest="out", help="result file (default: bench/results/indexed_bench-...)")
     ap.add_argument("--profile", help="EPx|TPx,PROJECTION,PHASE,TOKENS: run that case a few times, untimed")
     ap.add_argument("--quick", action="store_true", help="fewer replays, one weight set")
-    ap.add_argument("--cases", default=",".join(c.key for c in CASES), help="comma-separated subset of cases")
+    ap.add_argument("--cases", default=",".join(c.key for c in CASES if not c.key.endswith("-wgmma")),
+                    help=f"comma-separated subset of cases ({', '.join(c.key for c in CASES)})")
     ap.add_argument("--projections", default="gate_up,down", help="comma-separated subset of gate_up,down")
     ap.add_argument("--tokens", default=",".join(map(str, PREFILL_TOKENS)), help="prefill tokens in the step")
     ap.add_argument("--decode-tokens", default=",".join(map(str, DECODE_TOKENS)), help="decode tokens per GPU")
