@@ -22,3 +22,12 @@ struct bf16;
 }  // namespace chord
 #define CHORD_HD
 #endif
+
+namespace chord {
+// CUtensorMap as a kernel sees it: 128 opaque bytes, passed by value as a __grid_constant__ parameter
+// (runtime/tensor_map.hpp static_asserts CUtensorMap against it).
+struct alignas(64) TensorMap {
+  uint64_t opaque[16];
+};
+static_assert(sizeof(TensorMap) == 128 && alignof(TensorMap) == 64, "CUtensorMap's size and alignment");
+}  // namespace chord

@@ -59,6 +59,16 @@ __device__ __forceinline__ void tensor_copy_2d(void* smem, const void* tensor_ma
       : "memory");
 }
 
+// The box of a 3-D tensor map at element coordinates (x innermost, y, z), completing on `bar`.
+__device__ __forceinline__ void tensor_copy_3d(void* smem, const void* tensor_map, int32_t x, int32_t y, int32_t z,
+                                               uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];" ::
+          "r"(smem_address(smem)),
+      "l"(tensor_map), "r"(x), "r"(y), "r"(z), "r"(smem_address(bar))
+      : "memory");
+}
+
 __device__ __forceinline__ void prefetch_tensor_map(const void* tensor_map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(tensor_map) : "memory");
 }

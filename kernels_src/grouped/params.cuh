@@ -87,11 +87,4 @@ struct GemmSmem {
   static constexpr int kPrefixOffset = kLayout.prefix_offset;
 };
 
-// CUtensorMap as the kernel sees it: 128 opaque bytes, passed by value as a __grid_constant__ parameter
-// (the host static_asserts CUtensorMap against it).
-struct alignas(64) TensorMap {
-  uint64_t opaque[16];
-};
-static_assert(sizeof(TensorMap) == 128 && alignof(TensorMap) == 64, "CUtensorMap's size and alignment");
-
 }  // namespace chord::grouped

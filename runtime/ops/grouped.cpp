@@ -3,16 +3,15 @@
 #include "runtime/ops/grouped.hpp"
 
 #include <algorithm>
-#include <array>
 
 #include "kernels_src/indexed/params.cuh"
 #include "runtime/core/math.hpp"
-#include "runtime/driver.hpp"
 #include "runtime/env_config.hpp"
 #include "runtime/launch.hpp"
 #include "runtime/ops/resolve_config.hpp"
 #include "runtime/ops/validate.hpp"
 #include "runtime/ops/w4a16.hpp"
+#include "runtime/tensor_map.hpp"
 
 namespace chordrt::ops {
 
@@ -23,41 +22,18 @@ using heuristics::GroupedConfig;
 using heuristics::GroupedMode;
 using heuristics::GroupedShape;
 
-// The launch copies the 128 bytes into the kernel's parameter space (the host copy may be more aligned).
-static_assert(sizeof(CUtensorMap) == sizeof(g::TensorMap) && alignof(CUtensorMap) >= alignof(g::TensorMap),
-              "the kernel's TensorMap parameter is a CUtensorMap");
-
 GroupedShape shape_of(const GroupedGemmKey& k) { return {static_cast<GroupedMode>(k.mode), k.n, k.k, k.experts}; }
 
-// Tensor maps of A, encoded once per (address, rows, K, box rows) and kept per thread: encoding costs
-// host time on every call otherwise (and the same activation buffers recur every step).
+// The tensor map of A: [rows][k] BF16, boxes of 64 K-values x box_rows rows.
 const CUtensorMap& activation_map(const void* a, int64_t rows, int64_t k, int box_rows) {
-  struct Entry {
-    const void* a = nullptr;
-    int64_t rows = 0, k = 0;
-    int box_rows = 0;
-    CUtensorMap map{};
-  };
-  thread_local std::array<Entry, 16> entries;
-  thread_local size_t next = 0;
-  for (const Entry& e : entries) {
-    if (e.a == a && e.rows == rows && e.k == k && e.box_rows == box_rows) return e.map;
-  }
-  Entry& e = entries[next++ % entries.size()];
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k) * 2};
-  const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(box_rows)};
-  const cuuint32_t element_strides[2] = {1, 1};
-  check_cuda(require_driver().cuTensorMapEncodeTiled(&e.map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(a),
-                                                     dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                                     CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
-             "cuTensorMapEncodeTiled (grouped GEMM activations)");
-  e.a = a;
-  e.rows = rows;
-  e.k = k;
-  e.box_rows = box_rows;
-  return e.map;
+  TiledTensorMapSpec spec;
+  spec.type = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  spec.rank = 2;
+  spec.address = a;
+  spec.dims = {static_cast<uint64_t>(k), static_cast<uint64_t>(rows), 1};
+  spec.strides = {static_cast<uint64_t>(k) * 2, 0};
+  spec.box = {64, static_cast<uint32_t>(box_rows), 1};
+  return tiled_tensor_map(spec, "grouped GEMM activations");
 }
 
 // rows: rows of A (contiguous m, masked G * max_m); rows_param: the kernel's `rows` (m, or max_m).

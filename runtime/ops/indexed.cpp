@@ -193,7 +193,7 @@ void indexed_gemm(const chord_indexed_args_t& a, CUstream stream) {
   if (layout == W4a16Layout::kWgmmaK64) {
     const IndexedPrefillKey key = indexed_prefill_key(s, a.block_m, routes, ctx.facts);
     const LoadedKernel& kernel = IndexedPrefillFamily::kernel(key, ctx, stream);
-    const chord::grouped::TensorMap unused_map{};  // the gathering mode loads activations itself
+    const chord::TensorMap unused_map{};  // the gathering mode loads activations itself
     const int32_t* no_rows = nullptr;
     const int64_t tiles = capacity_blocks * (w.n / chord::grouped::block_n(key.slices, key.consumers));
     const auto grid = static_cast<uint32_t>(std::min<int64_t>(tiles, ctx.facts.sm_count));
