@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "heuristics/config_override.hpp"
 #include "runtime/core/math.hpp"
 
 namespace chordrt::heuristics {
@@ -24,31 +25,35 @@ uint32_t dsa_key_cache_write_grid(int64_t num_tokens, const DsaKeyCacheWriteConf
   return static_cast<uint32_t>(std::clamp<int64_t>(ceil_div<int64_t>(num_tokens, c.warps), 1, cap));
 }
 
-int dsa_logits_ctas_per_sm(const DsaLogitsConfig& c) { return c.head_groups == 1 ? 3 : 1; }
-
-int dsa_logits_dynamic_smem(int page_size, const DsaLogitsConfig& c) {
-  return chord::dsa_indexer::logits_smem(page_size, c.key_warps, c.head_groups, c.stages, c.keys_per_cta).bytes;
+int dsa_logits_dynamic_smem(int heads, int page_size, const DsaLogitsConfig& c) {
+  return chord::dsa_indexer::logits_smem(heads, page_size, c.stages, c.keys_per_cta).bytes;
 }
 
 DsaLogitsConfig select_dsa_logits(const DsaLogitsShape& s, const DeviceFacts& facts) {
-  DsaLogitsConfig c{4, s.heads > 64 ? 2 : 1, 2, 8192};
-  const int64_t resident = int64_t{facts.sm_count} * dsa_logits_ctas_per_sm(c);
+  namespace di = chord::dsa_indexer;
+  const int ctas_per_sm = di::logits_ctas_per_sm(s.heads);
+  DsaLogitsConfig c{di::kMinStages, di::kMaxKeysPerCta};
+  const int64_t resident = int64_t{facts.sm_count} * ctas_per_sm;
   const int64_t rows = std::max<int64_t>(s.num_tokens, 1);
-  while (c.keys_per_cta > 512 && rows * ceil_div(std::max(s.max_context, 1), c.keys_per_cta) < 8 * resident) {
+  while (c.keys_per_cta > di::kMinKeysPerCta &&
+         rows * ceil_div(std::max(s.max_context, 1), c.keys_per_cta) < 4 * resident) {
     c.keys_per_cta /= 2;
   }
   if (s.page_size == 1) c.keys_per_cta = std::min(c.keys_per_cta, 2048);
   const int per_cta =
-      (facts.max_smem_per_block_optin + kReservedSmemPerCta) / dsa_logits_ctas_per_sm(c) - kReservedSmemPerCta;
-  while (c.stages < 8) {
+      std::min((facts.max_smem_per_block_optin + kReservedSmemPerCta) / ctas_per_sm - kReservedSmemPerCta,
+               facts.max_smem_per_block_optin);
+  while (c.stages < di::kMaxStages) {
     DsaLogitsConfig deeper = c;
     ++deeper.stages;
-    if (dsa_logits_dynamic_smem(s.page_size, deeper) > std::min(per_cta, facts.max_smem_per_block_optin)) {
-      break;
-    }
+    if (dsa_logits_dynamic_smem(s.heads, s.page_size, deeper) > per_cta) break;
     c = deeper;
   }
   return c;
+}
+
+std::string apply_dsa_logits_override(std::string_view spec, DsaLogitsConfig& c) {
+  return apply_int_overrides(spec, {{"stages", &c.stages}, {"keys_per_cta", &c.keys_per_cta}});
 }
 
 int64_t dsa_logits_chunks(int32_t max_context, const DsaLogitsConfig& c) {
@@ -67,17 +72,15 @@ std::string dsa_logits_config_error(int heads, int page_size, const DsaLogitsCon
   if (page_size < 1 || page_size > chord::dsa_indexer::kMaxPageSize) {
     return fmt::format("page_size must be in [1, {}], got {}", chord::dsa_indexer::kMaxPageSize, page_size);
   }
-  if (c.key_warps != 4) return fmt::format("key_warps must be 4, got {}", c.key_warps);
-  if (c.head_groups != 1 && c.head_groups != 2) return fmt::format("head_groups must be 1 or 2, got {}", c.head_groups);
-  if (heads > chord::dsa_indexer::kMaxHeadsPerWarp * c.head_groups) {
-    return fmt::format("{} heads need {} head groups (64 heads per warp at most), got {}", heads, (heads + 63) / 64,
-                       c.head_groups);
+  namespace di = chord::dsa_indexer;
+  if (c.stages < di::kMinStages || c.stages > di::kMaxStages) {
+    return fmt::format("stages must be in [{}, {}], got {}", di::kMinStages, di::kMaxStages, c.stages);
   }
-  if (c.stages < 2 || c.stages > 8) return fmt::format("stages must be in [2, 8], got {}", c.stages);
-  if (!power_of_two(c.keys_per_cta) || c.keys_per_cta < c.key_warps * 32 || c.keys_per_cta > 8192) {
-    return fmt::format("keys_per_cta must be a power of two in [{}, 8192], got {}", c.key_warps * 32, c.keys_per_cta);
+  if (!power_of_two(c.keys_per_cta) || c.keys_per_cta < di::kMinKeysPerCta || c.keys_per_cta > di::kMaxKeysPerCta) {
+    return fmt::format("keys_per_cta must be a power of two in [{}, {}], got {}", di::kMinKeysPerCta,
+                       di::kMaxKeysPerCta, c.keys_per_cta);
   }
-  if (const int smem = dsa_logits_dynamic_smem(page_size, c); smem > facts.max_smem_per_block_optin) {
+  if (const int smem = dsa_logits_dynamic_smem(heads, page_size, c); smem > facts.max_smem_per_block_optin) {
     return fmt::format("the config needs {} bytes of shared memory, the device allows {}", smem,
                        facts.max_smem_per_block_optin);
   }

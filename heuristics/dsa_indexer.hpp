@@ -26,21 +26,18 @@ struct DsaLogitsShape {
 };
 
 struct DsaLogitsConfig {
-  int key_warps;     // warps along the keys: a stage is key_warps * 32 keys
-  int head_groups;   // 1 (up to 64 heads per warp in registers) or 2 (the heads split over two warps)
-  int stages;        // cp.async ring depth
-  int keys_per_cta;  // context positions per CTA (a multiple of key_warps * 32)
+  int stages;        // tile ring depth (64 keys per tile)
+  int keys_per_cta;  // context positions per CTA (a power of two, whole tiles)
 };
-// key_warps 4; head_groups 2 above 64 heads; keys_per_cta the largest power of two in [512, 8192] that
-// still gives >= 8 waves of resident CTAs (CTAs = tokens * ceil(max_context / keys_per_cta); the host
-// cannot see context_lens, so max_context stands for every row); page size 1 caps it at 2048 (its page
-// list is 4 bytes per key); stages the deepest ring (2..8) that keeps the resident CTAs per SM (3 for one
-// head group: 152 registers; 1 for two) in shared memory.
+// keys_per_cta the largest power of two in [256, 8192] that still gives >= 4 waves of resident CTAs
+// (CTAs = tokens * ceil(max_context / keys_per_cta); the host cannot see context_lens, so max_context
+// stands for every row); page size 1 caps it at 2048 (its page list is 4 bytes per key); stages the
+// deepest ring (2..8) that keeps logits_ctas_per_sm(heads) CTAs per SM in shared memory.
 DsaLogitsConfig select_dsa_logits(const DsaLogitsShape& s, const DeviceFacts& facts = {});
-// CTAs of one config resident per SM (register-limited).
-int dsa_logits_ctas_per_sm(const DsaLogitsConfig& c);
+// CHORD_DSA_CONFIG's "stages=..,keys_per_cta=.." applied to c; "" or what is wrong with the spec.
+std::string apply_dsa_logits_override(std::string_view spec, DsaLogitsConfig& c);
 // The config's shared memory (kernels_src/dsa_indexer/params.cuh's layout).
-int dsa_logits_dynamic_smem(int page_size, const DsaLogitsConfig& c);
+int dsa_logits_dynamic_smem(int heads, int page_size, const DsaLogitsConfig& c);
 // Position ranges per query row: ceil(max_context / keys_per_cta).
 int64_t dsa_logits_chunks(int32_t max_context, const DsaLogitsConfig& c);
 // The heads rule of the logits kernel (a multiple of 8 up to 128), naming the value `name`; "" when met.

@@ -15,6 +15,8 @@
 //                         "block_m=64,slices=1,stages=6" (heuristics/grouped.hpp)
 //   CHORD_MLA_CONFIG      experiments: overrides of the sparse MLA decode heuristics, e.g.
 //                         "head_group=16,warps=8,stages=3,splits=4" (heuristics/sparse_mla.hpp)
+//   CHORD_DSA_CONFIG      experiments: overrides of the DSA indexer logits heuristics, e.g.
+//                         "stages=6,keys_per_cta=2048" (heuristics/dsa_indexer.hpp)
 #pragma once
 
 #include <cstdint>
@@ -35,6 +37,7 @@ struct EnvConfig {
   std::string warp_decode_override;
   std::string grouped_override;
   std::string mla_override;
+  std::string dsa_override;
 
   static EnvConfig from_environment();
 };

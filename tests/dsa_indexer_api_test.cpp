@@ -92,51 +92,60 @@ TEST_CASE("indexer cache pages are 132 bytes per token", "[dsa_indexer]") {
   CHECK(chord_indexer_cache_page_bytes(1025) == 0u);
 }
 
-TEST_CASE("dsa logits heuristics: waves, ring depth, head groups", "[dsa_indexer]") {
+TEST_CASE("dsa logits heuristics: waves, ring depth", "[dsa_indexer]") {
   using namespace chordrt::heuristics;
+  namespace di = chord::dsa_indexer;
   const chordrt::DeviceFacts h200{};
-  // The decode step the targets are about: 64 queries of 64K keys, 3 CTAs per SM -> 4096 CTAs of 1024.
+  // The decode step the targets are about: 64 queries of 64K keys, 4 CTAs per SM -> 4096 CTAs of 1024
+  // (>= 4 waves), a ring of 5 tiles (+ 8 KB of q) in a quarter of the SM's shared memory.
   const auto big = select_dsa_logits({64, 64, 64, 65536}, h200);
-  CHECK(big.key_warps == 4);
-  CHECK(big.head_groups == 1);
   CHECK(big.keys_per_cta == 1024);
-  CHECK(big.stages == 4);
+  CHECK(big.stages == 5);
   CHECK(dsa_logits_chunks(65536, big) == 64);
-  // One query: the smallest range (the grid is what it is); more heads than a warp holds: two groups.
-  CHECK(select_dsa_logits({64, 64, 1, 65536}, h200).keys_per_cta == 512);
-  CHECK(select_dsa_logits({128, 64, 64, 65536}, h200).head_groups == 2);
-  CHECK(select_dsa_logits({72, 64, 64, 65536}, h200).head_groups == 2);
+  // One query: the smallest range (the grid is what it is); 128 heads: 3 CTAs per SM, a deeper ring.
+  CHECK(select_dsa_logits({64, 64, 1, 65536}, h200).keys_per_cta == di::kMinKeysPerCta);
+  CHECK(select_dsa_logits({128, 64, 64, 65536}, h200).stages == 7);
   // Page size 1 keeps its per-key page list small.
   CHECK(select_dsa_logits({64, 1, 1024, 65536}, h200).keys_per_cta <= 2048);
   CHECK(dsa_logits_chunks(0, big) == 0);
   CHECK(dsa_logits_chunks(1025, big) == 2);
-  for (const int heads : {8, 32, 64, 72, 128}) {
-    for (const int page : {1, 2, 3, 16, 64, 1024}) {
+  for (const int heads : {8, 24, 32, 64, 72, 128}) {
+    for (const int page : {1, 2, 3, 16, 64, 100, 1024}) {
       for (const auto& [tokens, context] : {std::tuple{1, 4}, {8, 65536}, {64, 65536}, {128, 131072}}) {
         const auto c = select_dsa_logits({heads, page, tokens, context}, h200);
         INFO(heads << " heads, page " << page << ", " << tokens << " x " << context);
         CHECK(dsa_logits_config_error(heads, page, c, h200).empty());
-        // The resident CTAs per SM the registers allow also fit in shared memory (+1 KB each).
-        CHECK(dsa_logits_ctas_per_sm(c) * (dsa_logits_dynamic_smem(page, c) + 1024) <=
+        // The resident CTAs per SM the launch bounds promise also fit in shared memory (+1 KB each).
+        CHECK(di::logits_ctas_per_sm(heads) * (dsa_logits_dynamic_smem(heads, page, c) + 1024) <=
               h200.max_smem_per_block_optin + 1024);
-        CHECK(c.stages >= 2);
+        CHECK(c.stages >= di::kMinStages);
       }
     }
   }
 }
 
+TEST_CASE("dsa logits tiles arrive by tensor copy where a page's layout allows it", "[dsa_indexer]") {
+  namespace di = chord::dsa_indexer;
+  for (const int page : {4, 8, 16, 32, 64, 128, 192, 1024}) CHECK(di::logits_uses_tma(page));
+  // Unaligned page starts (132 * page bytes apart) and tiles that straddle pages of uneven length.
+  for (const int page : {1, 2, 3, 6, 24, 48, 100, 1000}) CHECK_FALSE(di::logits_uses_tma(page));
+}
+
 TEST_CASE("dsa config checks name what is wrong", "[dsa_indexer]") {
   using namespace chordrt::heuristics;
-  const DsaLogitsConfig ok{4, 1, 4, 1024};
+  const DsaLogitsConfig ok{4, 1024};
   CHECK(dsa_logits_config_error(64, 64, ok).empty());
+  CHECK(dsa_logits_config_error(128, 64, ok).empty());
   CHECK_THAT(dsa_logits_config_error(12, 64, ok), Contains("multiple of 8"));
-  CHECK_THAT(dsa_logits_config_error(128, 64, ok), Contains("2 head groups"));
+  CHECK_THAT(dsa_logits_config_error(136, 64, ok), Contains("multiple of 8"));
   CHECK_THAT(dsa_logits_config_error(64, 0, ok), Contains("page_size"));
-  CHECK_THAT(dsa_logits_config_error(64, 64, {4, 1, 1, 1024}), Contains("stages"));
-  CHECK_THAT(dsa_logits_config_error(64, 64, {4, 1, 4, 1000}), Contains("keys_per_cta"));
-  chordrt::DeviceFacts small;  // a device with 99 KB per block
-  small.max_smem_per_block_optin = 99 * 1024;
-  CHECK_THAT(dsa_logits_config_error(64, 64, {4, 1, 8, 8192}, small), Contains("shared memory"));
+  CHECK_THAT(dsa_logits_config_error(64, 64, {1, 1024}), Contains("stages"));
+  CHECK_THAT(dsa_logits_config_error(64, 64, {9, 1024}), Contains("stages"));
+  CHECK_THAT(dsa_logits_config_error(64, 64, {4, 1000}), Contains("keys_per_cta"));
+  CHECK_THAT(dsa_logits_config_error(64, 64, {4, 128}), Contains("keys_per_cta"));
+  chordrt::DeviceFacts small;  // a device with 64 KB per block
+  small.max_smem_per_block_optin = 64 * 1024;
+  CHECK_THAT(dsa_logits_config_error(64, 64, {8, 8192}, small), Contains("shared memory"));
   CHECK(dsa_logits_config_error(64, 64, select_dsa_logits({64, 64, 64, 65536}, small), small).empty());
   CHECK(dsa_topk_config_error(select_dsa_topk(2048)).empty());
   CHECK_THAT(dsa_topk_config_error({1024, 100}), Contains("candidates"));
@@ -151,10 +160,10 @@ TEST_CASE("dsa indexer families build programs from their keys", "[dsa_indexer]"
   const KernelProgram p = DsaIndexerLogitsFamily::program(k);
   CHECK(p.header == "dsa_indexer/logits.cuh");
   CHECK(p.threads == 128);
-  CHECK_THAT(p.name_expression, Contains("indexer_logits_kernel<64, 64, 4, 1, 4, 1024>"));
-  // By hand: 4 stages x 128 keys x (128 B + a 4-byte scale), 128 partial sums, 64 weights, 1024 / 64 + 1
-  // block-table entries.
-  CHECK(p.dynamic_smem == 4 * 128 * 132 + 128 * 4 + 64 * 4 + 17 * 4);
+  CHECK_THAT(p.name_expression, Contains("indexer_logits_kernel<64, 64, 5, 1024>"));
+  // By hand: 64 heads x 128 B of q, 5 stages x (64 keys x (128 B + a 4-byte scale) + an mbarrier),
+  // 1024 / 64 + 1 block-table entries, 1024 bytes to align the base to the swizzle atom.
+  CHECK(p.dynamic_smem == 64 * 128 + 5 * (64 * 132 + 8) + 17 * 4 + 1024);
   const auto t = DsaIndexerTopkFamily::program(ops::dsa_indexer_topk_key(2048, {}));
   CHECK(t.threads == 1024);
   CHECK(t.dynamic_smem == 2048u * 4 + 8192u * 8);  // the 11-bit histogram, 8192 (key, position) candidates

@@ -75,9 +75,8 @@ TEST_CASE("ptxas: DSA indexer logits fit the CTAs per SM its heuristic counts, w
     const auto d = DsaIndexerLogitsFamily::descriptor(kHopper, k);
     INFO(chordrt::jit::to_string(d));
     const PtxasReport p = compiled_report(rt, d);
-    const int ctas =
-        chordrt::heuristics::dsa_logits_ctas_per_sm({k.key_warps, k.head_groups, k.stages, k.keys_per_cta});
-    CHECK(p.registers * 32 * k.key_warps * k.head_groups * ctas <= kRegistersPerSm);
+    namespace di = chord::dsa_indexer;
+    CHECK(p.registers * di::kLogitsThreads * di::logits_ctas_per_sm(k.heads) <= kRegistersPerSm);
     CHECK(p.spill_bytes == 0);
   }
 }

@@ -11,7 +11,6 @@ constexpr int kHeadDim = 128;
 constexpr int kTokenBytes = kHeadDim + 4;  // E4M3 key + FP32 scale
 constexpr int kMaxPageSize = 1024;
 constexpr int kMaxHeads = 128;
-constexpr int kMaxHeadsPerWarp = 64;  // a logits warp holds up to 64 heads' q fragments in registers
 constexpr int kMaxTopk = 4096;
 constexpr int kTopkBins = 2048;  // the first radix digit: 11 bits
 
@@ -21,25 +20,40 @@ CHORD_HD constexpr int64_t cache_page_bytes(int64_t page_size) {
   return page_size >= 1 && page_size <= kMaxPageSize ? page_size * kTokenBytes : 0;
 }
 
-// Shared memory of one logits CTA (offsets in bytes from the dynamic base).
+// The logits kernel: one warpgroup per CTA, 64-key tiles (wgmma M), every head on N.
+constexpr int kLogitsThreads = 128;
+constexpr int kTileKeys = 64;
+constexpr int kMinKeysPerCta = 256, kMaxKeysPerCta = 8192;
+constexpr int kMinStages = 2, kMaxStages = 8;
+
+// Resident CTAs per SM the kernel's launch bounds promise (registers: HEADS / 2 accumulators and HEADS / 4
+// weights per thread); the heuristic sizes the ring to fit them in shared memory.
+CHORD_HD constexpr int logits_ctas_per_sm(int heads) { return heads > 64 ? 3 : 4; }
+
+// Tiles arrive by tensor copy when a page's keys are 16-byte aligned (page_size % 4 == 0) and a 64-key
+// tile is whole pages or part of one; otherwise by cp.async, 4-16 bytes at a time.
+CHORD_HD constexpr bool logits_uses_tma(int page) {
+  return page % 4 == 0 && (page % kTileKeys == 0 || kTileKeys % page == 0);
+}
+
+// Shared memory of one logits CTA: offsets in bytes from the dynamic base rounded up to 1024 (the
+// 128-byte swizzle's atom), which `bytes` leaves room for.
 struct LogitsSmem {
-  int stage_keys;  // keys per stage: key_warps * 32
-  int keys;        // [stages][stage_keys][128] E4M3, 16-byte chunks swizzled
-  int scales;      // [stages][stage_keys] FP32
-  int partial;     // [head_groups][stage_keys] FP32: the second head group's sums
-  int weights;     // [head_groups * 64] FP32
-  int pages;       // [keys_per_cta / page + 1] int32 block-table entries (a range may straddle a page)
+  int q;         // [heads][128] E4M3, 16-byte chunks swizzled by (head & 7): wgmma's B
+  int keys;      // [stages][64][128] E4M3, 16-byte chunks swizzled by (key & 7): wgmma's A
+  int scales;    // [stages][64] FP32
+  int barriers;  // [stages] mbarriers (tensor copies)
+  int pages;     // [keys_per_cta / page + 1] int32 block-table entries (a range may straddle a page)
   int bytes;
 };
-CHORD_HD constexpr LogitsSmem logits_smem(int page, int key_warps, int head_groups, int stages, int keys_per_cta) {
+CHORD_HD constexpr LogitsSmem logits_smem(int heads, int page, int stages, int keys_per_cta) {
   LogitsSmem s{};
-  s.stage_keys = key_warps * 32;
-  s.keys = 0;
-  s.scales = s.keys + stages * s.stage_keys * kHeadDim;
-  s.partial = s.scales + stages * s.stage_keys * 4;
-  s.weights = s.partial + head_groups * s.stage_keys * 4;
-  s.pages = s.weights + head_groups * kMaxHeadsPerWarp * 4;
-  s.bytes = s.pages + ((keys_per_cta + page - 1) / page + 1) * 4;
+  s.q = 0;
+  s.keys = s.q + heads * kHeadDim;  // a multiple of 1024: heads is a multiple of 8
+  s.scales = s.keys + stages * kTileKeys * kHeadDim;
+  s.barriers = s.scales + stages * kTileKeys * 4;
+  s.pages = s.barriers + stages * 8;
+  s.bytes = s.pages + ((keys_per_cta + page - 1) / page + 1) * 4 + 1024;
   return s;
 }
 

@@ -2,11 +2,15 @@
 // (kernels_src/dsa_indexer/{key_cache,logits,topk}.cuh).
 #include "runtime/ops/dsa_indexer.hpp"
 
+#include <algorithm>
 #include <tuple>
 
 #include "runtime/core/math.hpp"
+#include "runtime/env_config.hpp"
 #include "runtime/launch.hpp"
+#include "runtime/ops/resolve_config.hpp"
 #include "runtime/ops/validate.hpp"
+#include "runtime/tensor_map.hpp"
 
 namespace chordrt::ops {
 
@@ -27,8 +31,19 @@ void require_max_context(int32_t max_context, const char* op) {
   }
 }
 
-DsaLogitsConfig logits_config(const DsaIndexerLogitsKey& k) {
-  return {k.key_warps, k.head_groups, k.stages, k.keys_per_cta};
+DsaLogitsConfig logits_config(const DsaIndexerLogitsKey& k) { return {k.stages, k.keys_per_cta}; }
+
+// The key cache as [page][row][byte] (rows 128 bytes apart, pages 132 * page_size), boxes of
+// min(page_size, 64) rows of one page. The kernel never addresses a page outside [0, num_pages).
+const CUtensorMap& key_cache_map(const chord_dsa_indexer_args_t& a) {
+  TiledTensorMapSpec spec;
+  spec.rank = 3;
+  spec.address = a.cache;
+  spec.dims = {di::kHeadDim, static_cast<uint64_t>(a.page_size),
+               static_cast<uint64_t>(std::max<int64_t>(a.num_pages, 1))};
+  spec.strides = {di::kHeadDim, static_cast<uint64_t>(di::cache_page_bytes(a.page_size))};
+  spec.box = {di::kHeadDim, static_cast<uint32_t>(std::min(a.page_size, di::kTileKeys)), 1};
+  return tiled_tensor_map(spec, "DSA indexer key cache");
 }
 
 }  // namespace
@@ -52,18 +67,23 @@ KernelProgram DsaIndexerLogitsFamily::program(const K& k) {
   }
   KernelProgram p;
   p.header = "dsa_indexer/logits.cuh";
-  p.name_expression = fmt::format("chord::dsa_indexer::indexer_logits_kernel<{}, {}, {}, {}, {}, {}>", k.heads,
-                                  k.page_size, k.key_warps, k.head_groups, k.stages, k.keys_per_cta);
-  p.threads = static_cast<uint32_t>(32 * k.key_warps * k.head_groups);
-  p.dynamic_smem = static_cast<uint32_t>(heuristics::dsa_logits_dynamic_smem(k.page_size, c));
+  p.name_expression = fmt::format("chord::dsa_indexer::indexer_logits_kernel<{}, {}, {}, {}>", k.heads, k.page_size,
+                                  k.stages, k.keys_per_cta);
+  p.threads = di::kLogitsThreads;
+  p.dynamic_smem = static_cast<uint32_t>(heuristics::dsa_logits_dynamic_smem(k.heads, k.page_size, c));
   return p;
 }
 
-// The bench's decode step (64 queries of 64K), a single query, the 128-head split, both page sizes.
+// The bench's decode step (64 queries of 64K), a single query, 128 heads, pages of 1 (cp.async), 16
+// (four tensor copies per tile) and 64.
 std::vector<DsaIndexerLogitsKey> DsaIndexerLogitsFamily::examples(const DeviceFacts& facts) {
   std::vector<K> out;
-  for (const auto& [heads, page, tokens, context] :
-       {std::tuple{64, 64, 64, 65536}, {32, 64, 64, 65536}, {64, 1, 1, 2048}, {32, 1, 8, 65536}, {128, 64, 4, 8192}}) {
+  for (const auto& [heads, page, tokens, context] : {std::tuple{64, 64, 64, 65536},
+                                                     {32, 64, 64, 65536},
+                                                     {64, 1, 1, 2048},
+                                                     {32, 1, 8, 65536},
+                                                     {128, 64, 4, 8192},
+                                                     {24, 16, 8, 4096}}) {
     out.push_back(dsa_indexer_logits_key({heads, page, tokens, context}, facts));
   }
   return out;
@@ -91,7 +111,7 @@ DsaIndexerCacheWriteKey dsa_indexer_cache_write_key(const DeviceFacts&) {
 
 DsaIndexerLogitsKey dsa_indexer_logits_key(const heuristics::DsaLogitsShape& s, const DeviceFacts& facts) {
   const DsaLogitsConfig c = heuristics::select_dsa_logits(s, facts);
-  return {s.heads, s.page_size, c.key_warps, c.head_groups, c.stages, c.keys_per_cta};
+  return {s.heads, s.page_size, c.stages, c.keys_per_cta};
 }
 
 DsaIndexerTopkKey dsa_indexer_topk_key(int topk, const DeviceFacts& facts) {
@@ -136,9 +156,16 @@ void dsa_indexer_logits(const chord_dsa_indexer_args_t& a, CUstream stream) {
   require_pointer(a.context_lens, op, "context_lens", 4);
   require_pointer(a.logits, op, "logits", 16);
 
+  check_override_syntax<DsaLogitsConfig>(op, "CHORD_DSA_CONFIG", env_config().dsa_override,
+                                         heuristics::apply_dsa_logits_override);
   const ContextState& ctx = JitRuntime::global().context_for(stream);
-  const DsaIndexerLogitsKey key =
-      dsa_indexer_logits_key({a.num_heads, a.page_size, a.num_tokens, a.max_context}, ctx.facts);
+  const heuristics::DsaLogitsShape shape{a.num_heads, a.page_size, a.num_tokens, a.max_context};
+  const DsaLogitsConfig c =
+      resolve_config(op, "CHORD_DSA_CONFIG", env_config().dsa_override, heuristics::select_dsa_logits(shape, ctx.facts),
+                     heuristics::apply_dsa_logits_override, [&](const DsaLogitsConfig& cfg) {
+                       return heuristics::dsa_logits_config_error(a.num_heads, a.page_size, cfg, ctx.facts);
+                     });
+  const DsaIndexerLogitsKey key{a.num_heads, a.page_size, c.stages, c.keys_per_cta};
   const int64_t chunks = heuristics::dsa_logits_chunks(a.max_context, logits_config(key));
   if (a.num_tokens * chunks > INT32_MAX) {
     throw_error(CHORD_ERROR_UNSUPPORTED,
@@ -146,7 +173,9 @@ void dsa_indexer_logits(const chord_dsa_indexer_args_t& a, CUstream stream) {
                 key.keys_per_cta, INT32_MAX, a.num_tokens, chunks);
   }
   const LoadedKernel& k = DsaIndexerLogitsFamily::kernel(key, ctx, stream);
-  launch(ctx, k, {{static_cast<uint32_t>(a.num_tokens * chunks), 1, 1}, stream}, static_cast<const uint8_t*>(a.q),
+  // A dry run has no driver to encode with; page sizes the kernel cp.asyncs ignore the map.
+  const CUtensorMap map = k.dry_run || !di::logits_uses_tma(a.page_size) ? CUtensorMap{} : key_cache_map(a);
+  launch(ctx, k, {{static_cast<uint32_t>(a.num_tokens * chunks), 1, 1}, stream}, map, static_cast<const uint8_t*>(a.q),
          a.weights, static_cast<const uint8_t*>(a.cache), a.num_pages, a.block_table, a.max_pages_per_seq,
          a.context_lens, a.max_context, a.logits, static_cast<int32_t>(chunks));
 }

@@ -23,7 +23,7 @@ struct DsaIndexerCacheWriteKey {
   int warps;
 };
 struct DsaIndexerLogitsKey {
-  int heads, page_size, key_warps, head_groups, stages, keys_per_cta;
+  int heads, page_size, stages, keys_per_cta;
 };
 struct DsaIndexerTopkKey {
   int threads, candidates;
@@ -40,13 +40,11 @@ struct DsaIndexerCacheWriteFamily : JitFamily<DsaIndexerCacheWriteFamily, DsaInd
 struct DsaIndexerLogitsFamily : JitFamily<DsaIndexerLogitsFamily, DsaIndexerLogitsKey> {
   using K = DsaIndexerLogitsKey;
   static constexpr std::string_view kName = "dsa_indexer.logits";
-  static constexpr std::array<KeyField<K>, 6> kFields{{
+  static constexpr std::array<KeyField<K>, 4> kFields{{
       {"heads", &K::heads, 8, di::kMaxHeads},
       {"page_size", &K::page_size, 1, di::kMaxPageSize},
-      {"key_warps", &K::key_warps, 4, 4},
-      {"head_groups", &K::head_groups, 1, 2},
-      {"stages", &K::stages, 2, 8},
-      {"keys_per_cta", &K::keys_per_cta, 128, 8192},
+      {"stages", &K::stages, di::kMinStages, di::kMaxStages},
+      {"keys_per_cta", &K::keys_per_cta, di::kMinKeysPerCta, di::kMaxKeysPerCta},
   }};
   static KernelProgram program(const K& k);
   static std::vector<K> examples(const DeviceFacts& facts);

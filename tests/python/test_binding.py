@@ -340,7 +340,7 @@ def test_unusable_cache_dir_is_memory_only(python_runner, tmp_path):
 
 VALIDATE_BEFORE_DEVICE = textwrap.dedent(
     """
-    import json, chordrt
+    import json, os, chordrt
     A = [0x10000 + i * 0x100000 for i in range(16)]
     def status(fn, *args, **kw):
         try:
@@ -357,6 +357,9 @@ VALIDATE_BEFORE_DEVICE = textwrap.dedent(
                               intermediate=768, num_experts=128, top_k=8, workspace=A[13],
                               workspace_bytes=4 * 8 * 768 * 2, output=A[14]),
     }
+    if os.environ.get("CHORD_DSA_CONFIG"):  # else a driver would launch it on fake addresses
+        out["dsa"] = status(chordrt.dsa_indexer_logits, A[0], A[1], A[2], A[3], A[4], 64, 65536, A[5],
+                            num_heads=64, num_tokens=4, num_pages=4096, max_pages_per_seq=1024)
     print(json.dumps(out))
     """
 )
@@ -365,9 +368,11 @@ VALIDATE_BEFORE_DEVICE = textwrap.dedent(
 def test_device_independent_checks_come_before_the_driver(python_runner):
     # Garbage overrides and a misaligned workspace are INVALID_ARGUMENT with or without a driver (they were
     # NO_DRIVER on compile-only machines); every address here is fake, so nothing may launch.
-    r = python_runner(VALIDATE_BEFORE_DEVICE, CHORD_MLA_CONFIG="splitz=4", CHORD_WARP_DECODE_CONFIG="k_split=x").result
+    r = python_runner(VALIDATE_BEFORE_DEVICE, CHORD_MLA_CONFIG="splitz=4", CHORD_WARP_DECODE_CONFIG="k_split=x",
+                      CHORD_DSA_CONFIG="stages=two").result
     assert r["mla"][0] == "INVALID_ARGUMENT" and 'CHORD_MLA_CONFIG="splitz=4"' in r["mla"][1], r
     assert r["warp_decode"][0] == "INVALID_ARGUMENT" and "CHORD_WARP_DECODE_CONFIG" in r["warp_decode"][1], r
+    assert r["dsa"][0] == "INVALID_ARGUMENT" and 'CHORD_DSA_CONFIG="stages=two"' in r["dsa"][1], r
     r = python_runner(VALIDATE_BEFORE_DEVICE).result
     assert r["mla_workspace"] == ["INVALID_ARGUMENT", "sparse_mla_decode: workspace must be 16-byte aligned, got "
                                   "address " + hex(0x10000 + 5 * 0x100000 + 8)], r

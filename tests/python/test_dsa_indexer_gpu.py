@@ -19,8 +19,10 @@ import chordrt  # noqa: E402
 from chordrt import dsa_reference as dr  # noqa: E402
 
 DEV = torch.device("cuda", torch.cuda.current_device())
-# FP8 products summed in FP32 by the tensor cores: close to, not bitwise equal to, the FP32 reference
-MAX_REL_ERR = 1e-3
+# E4M3 wgmma sums each row's products at the tensor cores' reduced alignment precision (~2^-13 of the
+# largest term, as in every FP8 wgmma indexer): ~2e-4 relative over 64K-key rows on the H200, up to
+# ~1.3e-3 on rows of a few hundred keys. A wrong tile, page, head or scale is an O(1) error.
+MAX_REL_ERR = 4e-3
 MIN_COSINE = 0.99999
 SENTINEL = -7
 
@@ -121,8 +123,9 @@ def check_logits(q, w, cache, table, lens_t, page_size, max_context):
     return logits
 
 
-@pytest.mark.parametrize("heads", [32, 64])
-@pytest.mark.parametrize("page_size", [64, 1])
+# Pages of 64 and 16 arrive by tensor copy (one per tile, four per tile), 1 and 100 by cp.async.
+@pytest.mark.parametrize("heads", [24, 32, 40, 64, 96])
+@pytest.mark.parametrize("page_size", [64, 16, 1, 100])
 @pytest.mark.parametrize("tokens", [1, 3, 64])
 def test_logits_match_fp32(heads, page_size, tokens):
     g = gen(heads * 1000 + page_size * 10 + tokens)
