@@ -6,7 +6,8 @@ context of 65536 positions in a paged FP8 key cache (page 64, 132 bytes per toke
 shuffled over the cache), so T * 65536 * 132 bytes of keys stream per call (553 MB at T = 64). Median µs
 over CUDA-graph replays that rotate input sets (caches, queries, outputs) past the L2; TB/s counts the
 key bytes (what the kernel must stream), TFLOP/s = 2 * H * 128 per key; fractions of the same run's
-streaming-read bandwidth. Baseline, same process, graph-captured: PyTorch on the same cache — gather
+streaming-read bandwidth and of a paged-read ceiling: a read-only kernel over the same sets' pages in
+the same shuffled order (one program per page, every byte loaded once), the floor of this access pattern. Baseline, same process, graph-captured: PyTorch on the same cache — gather
 every key's bytes through its slot, E4M3 -> BF16 (exact), bmm with q in BF16, ReLU, weighted sum over
 heads (FP32), times the key scales. Accuracy: relative Frobenius error vs an FP32 reference (dequantized
 q and k) on the first two rows of the first set.
@@ -16,7 +17,8 @@ positions and (with a block table) cache slots; bytes = the logits read once; ba
 Every targeted point carries the issue's target (pass / miss).
 Usage: dsa_bench.py [--json FILE | --out FILE] [--quick] [--heads 64,32] [--tokens 1,8,64,128]
                     [--topk-tokens 1,64,128] [--no-baseline] [--budget-s S]
-       dsa_bench.py --profile logits,64,64 | topk,64   (a few untimed calls, for ncu)
+       dsa_bench.py --profile logits,64,64 | topk,64   (a few untimed calls, for ncu; logits alternate
+                                                      with the paged-read ceiling kernel)
 Without --json / --out the result goes to bench/results/dsa_bench-<device>-<date><letter>.json.
 """
 import argparse
@@ -25,6 +27,8 @@ import sys
 import time
 
 import torch
+import triton
+import triton.language as tl
 
 try:
     import chordrt
@@ -50,6 +54,17 @@ BASELINE_TIMING = {
 }
 
 
+@triton.jit
+def _paged_read_kernel(cache_ptr, table_ptr, out_ptr, PAGE_WORDS: tl.constexpr, BLOCK: tl.constexpr):
+    """Reads page table[pid] of the cache (PAGE_WORDS int32 words) and stores a checksum: the access
+    pattern of the logits kernel without its work."""
+    pid = tl.program_id(0)
+    page = tl.load(table_ptr + pid).to(tl.int64)
+    offs = tl.arange(0, BLOCK)
+    v = tl.load(cache_ptr + page * PAGE_WORDS + offs, mask=offs < PAGE_WORDS, other=0, cache_modifier=".cg")
+    tl.store(out_ptr + pid, tl.sum(v, axis=0))
+
+
 class LogitsSet:
     """One input set: a cache holding T private contexts of CONTEXT keys, its shuffled block table, the
     queries, weights and the output."""
@@ -71,6 +86,13 @@ class LogitsSet:
         self.q = (torch.randn((tokens, heads, dr.HEAD_DIM), generator=g, device=dev) * 2).to(torch.float8_e4m3fn)
         self.w = torch.randn((tokens, heads), generator=g, device=dev) / heads ** 0.5
         self.logits = torch.empty((tokens, CONTEXT), device=dev)
+
+    def paged_read_call(self):
+        words = dr.page_bytes(PAGE) // 4
+        cache, table = self.cache.view(torch.int32), self.table.reshape(-1)
+        partial = torch.empty(table.numel(), dtype=torch.int32, device=cache.device)
+        block = triton.next_power_of_2(words)
+        return lambda: _paged_read_kernel[(table.numel(),)](cache, table, partial, PAGE_WORDS=words, BLOCK=block)
 
     def chord_call(self):
         return lambda: chordrt.dsa_indexer_logits(self.q, self.w, self.cache, self.table, self.lens, PAGE,
@@ -113,6 +135,8 @@ def bench_logits(heads, tokens, ceil, args):
            "chordrt_tbps": key_bytes / us / 1e6, "chordrt_tflops": flops / us / 1e6,
            "target_us": target, "target_met": None if target is None else us <= target}
     row["fraction_of_stream_read"] = row["chordrt_tbps"] / ceil["stream_read_tbps"]
+    row["paged_read_us"] = graph_time_us([s.paged_read_call() for s in sets], replays, rounds)
+    row["fraction_of_paged_read"] = row["paged_read_us"] / us
     s0 = sets[0]
     s0.logits.fill_(float("nan"))
     s0.chord_call()()
@@ -131,7 +155,8 @@ def bench_logits(heads, tokens, ceil, args):
         del base
     verdict = "-" if target is None else ("pass" if row["target_met"] else "MISS")
     print(f"logits H {heads:>3} T {tokens:>4} x {CONTEXT}: {us:8.1f} us {row['chordrt_tbps']:5.2f} TB/s "
-          f"({100 * row['fraction_of_stream_read']:3.0f}% read) {row['chordrt_tflops']:6.1f} TFLOP/s  torch "
+          f"({100 * row['fraction_of_stream_read']:3.0f}% read, paged read {row['paged_read_us']:.1f} us) "
+          f"{row['chordrt_tflops']:6.1f} TFLOP/s  torch "
           f"{row.get('baseline_us', float('nan')):9.1f} us x{row.get('speedup_vs_baseline', float('nan')):6.2f}  "
           f"target {'-' if target is None else f'<= {target}'} {verdict}  err "
           f"{row['chordrt_error']['rel_err']:.2e}", flush=True)
@@ -184,7 +209,8 @@ def profile(spec):
     parts = spec.split(",")
     if parts[0] == "logits":
         s = LogitsSet(int(parts[1]), int(parts[2]), seed=0)
-        call = s.chord_call()
+        logits, paged_read = s.chord_call(), s.paged_read_call()
+        call = lambda: (logits(), paged_read())  # noqa: E731
     else:
         tokens = int(parts[1])
         logits = torch.randn((tokens, CONTEXT), device="cuda")

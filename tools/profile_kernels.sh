@@ -7,11 +7,13 @@
 #   FAMILY grouped:     cases "EPx,PROJECTION,MODE,ROWS" (default "EP8,gate_up,masked,16" "EP8,down,contiguous,128")
 #   FAMILY indexed:     cases "EPx|TPx,PROJECTION,PHASE,TOKENS" (default "EP8,gate_up,prefill,4096" "EP8,gate_up,prefill,1024")
 #   FAMILY sparse_mla:  cases "CASE,TOKENS"               (default "fp8/h8,1" "fp8/h8,256")
+#   FAMILY dsa:         cases "logits,HEADS,TOKENS" (with the paged-read ceiling kernel on the same pages)
+#                       or "topk,TOKENS"                  (default "logits,64,64" "logits,128,64")
 # CHORD_PROFILE_PEER=1 (indexed): the bench also calls Humming on the same inputs, and its kernel
 # (named `humming`) is profiled too, into ncu_indexed_<case>_humming.txt.
 set -uo pipefail
-family=${1:?usage: tools/profile_kernels.sh warp_decode|grouped|indexed|sparse_mla OUTDIR [cases...]}
-out=${2:?usage: tools/profile_kernels.sh warp_decode|grouped|indexed|sparse_mla OUTDIR [cases...]}
+family=${1:?usage: tools/profile_kernels.sh warp_decode|grouped|indexed|sparse_mla|dsa OUTDIR [cases...]}
+out=${2:?usage: tools/profile_kernels.sh warp_decode|grouped|indexed|sparse_mla|dsa OUTDIR [cases...]}
 shift 2
 cd "$(dirname "$0")/.."
 build=${CHORD_GPU_BUILD_DIR:-build-gpu}
@@ -24,7 +26,9 @@ case "$family" in
     defaults=("EP8,gate_up,prefill,4096" "EP8,gate_up,prefill,1024") ;;
   sparse_mla) kernels="sparse_mla_decode_kernel|sparse_mla_combine_kernel" skip=4 count=2 sass=1
     defaults=("fp8/h8,1" "fp8/h8,256") ;;
-  *) echo "unknown family $family (warp_decode, grouped, indexed, sparse_mla)" >&2; exit 2 ;;
+  dsa) kernels="indexer_logits_kernel|_paged_read_kernel|topk" skip=4 count=2 sass=1
+    defaults=("logits,64,64" "logits,128,64") ;;
+  *) echo "unknown family $family (warp_decode, grouped, indexed, sparse_mla, dsa)" >&2; exit 2 ;;
 esac
 cases=("$@")
 [ ${#cases[@]} -eq 0 ] && cases=("${defaults[@]}")
