@@ -31,8 +31,8 @@ int dsa_logits_dynamic_smem(int heads, int page_size, const DsaLogitsConfig& c) 
 
 DsaLogitsConfig select_dsa_logits(const DsaLogitsShape& s, const DeviceFacts& facts) {
   namespace di = chord::dsa_indexer;
-  const int ctas_per_sm = di::logits_ctas_per_sm(s.heads);
-  DsaLogitsConfig c{di::kMinStages, di::kMaxKeysPerCta};
+  const int ctas_per_sm = di::kLogitsCtasPerSm;
+  DsaLogitsConfig c{di::kMinStages, di::kMaxKeysPerCta, di::logits_uses_tma(s.page_size) ? 1 : 0};
   const int64_t resident = int64_t{facts.sm_count} * ctas_per_sm;
   const int64_t rows = std::max<int64_t>(s.num_tokens, 1);
   while (c.keys_per_cta > di::kMinKeysPerCta &&
@@ -53,7 +53,7 @@ DsaLogitsConfig select_dsa_logits(const DsaLogitsShape& s, const DeviceFacts& fa
 }
 
 std::string apply_dsa_logits_override(std::string_view spec, DsaLogitsConfig& c) {
-  return apply_int_overrides(spec, {{"stages", &c.stages}, {"keys_per_cta", &c.keys_per_cta}});
+  return apply_int_overrides(spec, {{"stages", &c.stages}, {"keys_per_cta", &c.keys_per_cta}, {"tma", &c.tma}});
 }
 
 int64_t dsa_logits_chunks(int32_t max_context, const DsaLogitsConfig& c) {
@@ -79,6 +79,10 @@ std::string dsa_logits_config_error(int heads, int page_size, const DsaLogitsCon
   if (!power_of_two(c.keys_per_cta) || c.keys_per_cta < di::kMinKeysPerCta || c.keys_per_cta > di::kMaxKeysPerCta) {
     return fmt::format("keys_per_cta must be a power of two in [{}, {}], got {}", di::kMinKeysPerCta,
                        di::kMaxKeysPerCta, c.keys_per_cta);
+  }
+  if (c.tma != 0 && c.tma != 1) return fmt::format("tma must be 0 or 1, got {}", c.tma);
+  if (c.tma == 1 && !di::logits_uses_tma(page_size)) {
+    return fmt::format("tma=1 needs a page size that is a multiple of 4 and tiles 64 keys, got {}", page_size);
   }
   if (const int smem = dsa_logits_dynamic_smem(heads, page_size, c); smem > facts.max_smem_per_block_optin) {
     return fmt::format("the config needs {} bytes of shared memory, the device allows {}", smem,

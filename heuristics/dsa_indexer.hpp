@@ -28,13 +28,15 @@ struct DsaLogitsShape {
 struct DsaLogitsConfig {
   int stages;        // tile ring depth (64 keys per tile)
   int keys_per_cta;  // context positions per CTA (a power of two, whole tiles)
+  int tma;           // 1: tiles by tensor copy (pages where logits_uses_tma), 0: by cp.async
 };
 // keys_per_cta the largest power of two in [256, 8192] that still gives >= 4 waves of resident CTAs
 // (CTAs = tokens * ceil(max_context / keys_per_cta); the host cannot see context_lens, so max_context
 // stands for every row); page size 1 caps it at 2048 (its page list is 4 bytes per key); stages the
-// deepest ring (2..8) that keeps logits_ctas_per_sm(heads) CTAs per SM in shared memory.
+// deepest ring (2..8) that keeps kLogitsCtasPerSm CTAs per SM in shared memory; tensor copies
+// wherever the page size allows them.
 DsaLogitsConfig select_dsa_logits(const DsaLogitsShape& s, const DeviceFacts& facts = {});
-// CHORD_DSA_CONFIG's "stages=..,keys_per_cta=.." applied to c; "" or what is wrong with the spec.
+// CHORD_DSA_CONFIG's "stages=..,keys_per_cta=..,tma=0|1" applied to c; "" or what is wrong with the spec.
 std::string apply_dsa_logits_override(std::string_view spec, DsaLogitsConfig& c);
 // The config's shared memory (kernels_src/dsa_indexer/params.cuh's layout).
 int dsa_logits_dynamic_smem(int heads, int page_size, const DsaLogitsConfig& c);

@@ -16,7 +16,7 @@
 //   CHORD_MLA_CONFIG      experiments: overrides of the sparse MLA decode heuristics, e.g.
 //                         "head_group=16,warps=8,stages=3,splits=4" (heuristics/sparse_mla.hpp)
 //   CHORD_DSA_CONFIG      experiments: overrides of the DSA indexer logits heuristics, e.g.
-//                         "stages=6,keys_per_cta=2048" (heuristics/dsa_indexer.hpp)
+//                         "stages=6,keys_per_cta=2048,tma=0" (heuristics/dsa_indexer.hpp)
 #pragma once
 
 #include <cstdint>

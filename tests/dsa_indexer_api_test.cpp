@@ -101,10 +101,11 @@ TEST_CASE("dsa logits heuristics: waves, ring depth", "[dsa_indexer]") {
   const auto big = select_dsa_logits({64, 64, 64, 65536}, h200);
   CHECK(big.keys_per_cta == 1024);
   CHECK(big.stages == 5);
+  CHECK(big.tma == 1);
   CHECK(dsa_logits_chunks(65536, big) == 64);
-  // One query: the smallest range (the grid is what it is); 128 heads: 3 CTAs per SM, a deeper ring.
+  // One query: the smallest range (the grid is what it is); 128 heads: 16 KB of q leaves room for 4 stages.
   CHECK(select_dsa_logits({64, 64, 1, 65536}, h200).keys_per_cta == di::kMinKeysPerCta);
-  CHECK(select_dsa_logits({128, 64, 64, 65536}, h200).stages == 7);
+  CHECK(select_dsa_logits({128, 64, 64, 65536}, h200).stages == 4);
   // Page size 1 keeps its per-key page list small.
   CHECK(select_dsa_logits({64, 1, 1024, 65536}, h200).keys_per_cta <= 2048);
   CHECK(dsa_logits_chunks(0, big) == 0);
@@ -116,9 +117,10 @@ TEST_CASE("dsa logits heuristics: waves, ring depth", "[dsa_indexer]") {
         INFO(heads << " heads, page " << page << ", " << tokens << " x " << context);
         CHECK(dsa_logits_config_error(heads, page, c, h200).empty());
         // The resident CTAs per SM the launch bounds promise also fit in shared memory (+1 KB each).
-        CHECK(di::logits_ctas_per_sm(heads) * (dsa_logits_dynamic_smem(heads, page, c) + 1024) <=
+        CHECK(di::kLogitsCtasPerSm * (dsa_logits_dynamic_smem(heads, page, c) + 1024) <=
               h200.max_smem_per_block_optin + 1024);
         CHECK(c.stages >= di::kMinStages);
+        CHECK(c.tma == (di::logits_uses_tma(page) ? 1 : 0));
       }
     }
   }
@@ -133,23 +135,38 @@ TEST_CASE("dsa logits tiles arrive by tensor copy where a page's layout allows i
 
 TEST_CASE("dsa config checks name what is wrong", "[dsa_indexer]") {
   using namespace chordrt::heuristics;
-  const DsaLogitsConfig ok{4, 1024};
+  const DsaLogitsConfig ok{4, 1024, 1};
   CHECK(dsa_logits_config_error(64, 64, ok).empty());
   CHECK(dsa_logits_config_error(128, 64, ok).empty());
   CHECK_THAT(dsa_logits_config_error(12, 64, ok), Contains("multiple of 8"));
   CHECK_THAT(dsa_logits_config_error(136, 64, ok), Contains("multiple of 8"));
   CHECK_THAT(dsa_logits_config_error(64, 0, ok), Contains("page_size"));
-  CHECK_THAT(dsa_logits_config_error(64, 64, {1, 1024}), Contains("stages"));
-  CHECK_THAT(dsa_logits_config_error(64, 64, {9, 1024}), Contains("stages"));
-  CHECK_THAT(dsa_logits_config_error(64, 64, {4, 1000}), Contains("keys_per_cta"));
-  CHECK_THAT(dsa_logits_config_error(64, 64, {4, 128}), Contains("keys_per_cta"));
+  CHECK_THAT(dsa_logits_config_error(64, 64, {1, 1024, 1}), Contains("stages"));
+  CHECK_THAT(dsa_logits_config_error(64, 64, {9, 1024, 1}), Contains("stages"));
+  CHECK_THAT(dsa_logits_config_error(64, 64, {4, 1000, 1}), Contains("keys_per_cta"));
+  CHECK_THAT(dsa_logits_config_error(64, 64, {4, 128, 1}), Contains("keys_per_cta"));
+  CHECK(dsa_logits_config_error(64, 64, {4, 1024, 0}).empty());  // cp.async serves every page size
+  CHECK(dsa_logits_config_error(64, 100, {4, 1024, 0}).empty());
+  CHECK_THAT(dsa_logits_config_error(64, 100, {4, 1024, 1}), Contains("tma=1 needs a page size"));
+  CHECK_THAT(dsa_logits_config_error(64, 64, {4, 1024, 2}), Contains("tma must be 0 or 1"));
   chordrt::DeviceFacts small;  // a device with 64 KB per block
   small.max_smem_per_block_optin = 64 * 1024;
-  CHECK_THAT(dsa_logits_config_error(64, 64, {8, 8192}, small), Contains("shared memory"));
+  CHECK_THAT(dsa_logits_config_error(64, 64, {8, 8192, 1}, small), Contains("shared memory"));
   CHECK(dsa_logits_config_error(64, 64, select_dsa_logits({64, 64, 64, 65536}, small), small).empty());
   CHECK(dsa_topk_config_error(select_dsa_topk(2048)).empty());
   CHECK_THAT(dsa_topk_config_error({1024, 100}), Contains("candidates"));
   CHECK_THAT(dsa_topk_config_error({48, 8192}), Contains("threads"));
+}
+
+TEST_CASE("CHORD_DSA_CONFIG sets the named fields and names what it cannot parse", "[dsa_indexer]") {
+  using namespace chordrt::heuristics;
+  DsaLogitsConfig c{5, 1024, 1};
+  CHECK(apply_dsa_logits_override("stages=3,tma=0", c).empty());
+  CHECK((c.stages == 3 && c.keys_per_cta == 1024 && c.tma == 0));
+  CHECK(apply_dsa_logits_override("keys_per_cta=4096", c).empty());
+  CHECK(c.keys_per_cta == 4096);
+  CHECK_THAT(apply_dsa_logits_override("stages=two", c), Contains("stages"));
+  CHECK_THAT(apply_dsa_logits_override("warps=4", c), Contains("warps"));
 }
 
 TEST_CASE("dsa indexer families build programs from their keys", "[dsa_indexer]") {
@@ -160,10 +177,10 @@ TEST_CASE("dsa indexer families build programs from their keys", "[dsa_indexer]"
   const KernelProgram p = DsaIndexerLogitsFamily::program(k);
   CHECK(p.header == "dsa_indexer/logits.cuh");
   CHECK(p.threads == 128);
-  CHECK_THAT(p.name_expression, Contains("indexer_logits_kernel<64, 64, 5, 1024>"));
-  // By hand: 64 heads x 128 B of q, 5 stages x (64 keys x (128 B + a 4-byte scale) + an mbarrier),
+  CHECK_THAT(p.name_expression, Contains("indexer_logits_kernel<64, 64, 5, 1024, true>"));
+  // By hand: 64 heads x 128 B of q, 5 stages x (64 keys x (128 B + a 4-byte scale) + two mbarriers),
   // 1024 / 64 + 1 block-table entries, 1024 bytes to align the base to the swizzle atom.
-  CHECK(p.dynamic_smem == 64 * 128 + 5 * (64 * 132 + 8) + 17 * 4 + 1024);
+  CHECK(p.dynamic_smem == 64 * 128 + 5 * (64 * 132 + 16) + 17 * 4 + 1024);
   const auto t = DsaIndexerTopkFamily::program(ops::dsa_indexer_topk_key(2048, {}));
   CHECK(t.threads == 1024);
   CHECK(t.dynamic_smem == 2048u * 4 + 8192u * 8);  // the 11-bit histogram, 8192 (key, position) candidates

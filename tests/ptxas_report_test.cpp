@@ -76,7 +76,7 @@ TEST_CASE("ptxas: DSA indexer logits fit the CTAs per SM its heuristic counts, w
     INFO(chordrt::jit::to_string(d));
     const PtxasReport p = compiled_report(rt, d);
     namespace di = chord::dsa_indexer;
-    CHECK(p.registers * di::kLogitsThreads * di::logits_ctas_per_sm(k.heads) <= kRegistersPerSm);
+    CHECK(p.registers * di::kLogitsThreads * di::kLogitsCtasPerSm <= kRegistersPerSm);
     CHECK(p.spill_bytes == 0);
   }
 }

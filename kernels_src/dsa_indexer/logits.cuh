@@ -9,10 +9,13 @@
 // HEADS / 4 heads; two quad shuffles finish the sum), the key scale, one store per key. Several CTAs per
 // SM overlap one CTA's products with another's epilogue and keep ~100 KB of keys in flight per SM.
 //
-// Tiles arrive by tensor copy (a 3-D map over [page][row][byte], boxes of min(PAGE, 64) rows, 128-byte
-// swizzle) with their scales by bulk copy, issued by one thread on a per-stage mbarrier, when the page
-// layout allows (logits_uses_tma); otherwise every thread cp.asyncs its share into the same swizzled
-// layout. Pages outside the table are never read: their positions' logits are -inf whatever the tile holds.
+// With TMA, tiles arrive by tensor copy (a 3-D map over [page][row][byte], boxes of min(PAGE, 64) rows,
+// 128-byte swizzle) with their scales by bulk copy, issued by thread 0 on a per-slot "full" mbarrier
+// (only where the page layout allows: logits_uses_tma). Each warp releases a slot on its "empty"
+// mbarrier once its wgmmas have read it, and thread 0 refills it before its own epilogue: no block
+// barrier in the loop, STAGES tiles in flight. Otherwise every thread cp.asyncs its share into the same
+// swizzled layout behind a block barrier per tile. Pages outside the table are never read: their
+// positions' logits are -inf whatever the tile holds.
 #pragma once
 
 #include "common/async_copy.cuh"
@@ -23,14 +26,14 @@
 
 namespace chord::dsa_indexer {
 
-template <int HEADS, int PAGE, int STAGES, int KEYS_PER_CTA>
-__global__ void __launch_bounds__(kLogitsThreads, logits_ctas_per_sm(HEADS))
+template <int HEADS, int PAGE, int STAGES, int KEYS_PER_CTA, bool TMA>
+__global__ void __launch_bounds__(kLogitsThreads, kLogitsCtasPerSm)
     indexer_logits_kernel(const __grid_constant__ TensorMap key_map, const uint8_t* __restrict__ q,
                           const float* __restrict__ weights, const uint8_t* __restrict__ cache, int64_t num_pages,
                           const int32_t* __restrict__ block_table, int32_t max_pages_per_seq,
                           const int32_t* __restrict__ context_lens, int32_t max_context, float* __restrict__ logits,
                           int32_t chunks) {
-  constexpr bool kTma = logits_uses_tma(PAGE);
+  constexpr bool kTma = TMA;
   constexpr int kSegment = PAGE < kTileKeys ? PAGE : kTileKeys;  // keys per tensor copy
   constexpr int kTileBytes = kTileKeys * kHeadDim;
   constexpr int64_t kPageBytes = static_cast<int64_t>(PAGE) * kTokenBytes;
@@ -38,13 +41,15 @@ __global__ void __launch_bounds__(kLogitsThreads, logits_ctas_per_sm(HEADS))
   static_assert(HEADS % 8 == 0 && HEADS >= 8 && HEADS <= kMaxHeads, "heads: a multiple of 8 in [8, 128]");
   static_assert(KEYS_PER_CTA % kTileKeys == 0, "a CTA's range is whole tiles");
   static_assert(STAGES >= kMinStages && STAGES <= kMaxStages, "ring depth");
+  static_assert(!TMA || logits_uses_tma(PAGE), "tensor copies need 16-byte aligned pages that tile 64 keys");
 
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024 - (smem_address(smem_raw) & 1023)) & 1023);
   uint8_t* q_s = smem + S.q;
   uint8_t* keys_s = smem + S.keys;
   float* scales_s = reinterpret_cast<float*>(smem + S.scales);
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem + S.barriers);
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + S.barriers);  // a tile landed
+  uint64_t* empty = full + STAGES;  // the four warps are done with a slot (tensor copies only)
   int32_t* pages_s = reinterpret_cast<int32_t*>(smem + S.pages);  // -1 = invalid
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid / 32;
@@ -68,7 +73,10 @@ __global__ void __launch_bounds__(kLogitsThreads, logits_ctas_per_sm(HEADS))
   if constexpr (kTma) {
     if (tid == 0) {
       prefetch_tensor_map(&key_map);
-      for (int s = 0; s < STAGES; ++s) mbarrier_init(&full[s], 1);
+      for (int s = 0; s < STAGES; ++s) {
+        mbarrier_init(&full[s], 1);
+        mbarrier_init(&empty[s], kLogitsThreads / 32);
+      }
       fence_barrier_init();
     }
   }
@@ -135,7 +143,9 @@ __global__ void __launch_bounds__(kLogitsThreads, logits_ctas_per_sm(HEADS))
     }
   };
 
-  for (int s = 0; s < STAGES - 1; ++s) {
+  // Tensor copies refill a slot as soon as its wgmmas are done (the ring holds STAGES tiles ahead);
+  // cp.async refills at the next block barrier (STAGES - 1 ahead).
+  for (int s = 0; s < (kTma ? STAGES : STAGES - 1); ++s) {
     if (s < blocks) {
       issue(s);
     } else if constexpr (!kTma) {
@@ -145,17 +155,18 @@ __global__ void __launch_bounds__(kLogitsThreads, logits_ctas_per_sm(HEADS))
   const uint64_t q_desc = smem_desc_k_major_sw128(q_s);
   for (int b = 0; b < blocks; ++b) {
     const int slot = b % STAGES;
-    if constexpr (!kTma) {
+    if constexpr (kTma) {
+      mbarrier_wait(&full[slot], (b / STAGES) & 1);
+    } else {
       cp_async_wait<STAGES - 2>();
       fence_proxy_async();
+      __syncthreads();  // stage b landed; every thread is done with stage b - 1, whose slot refills
+      if (b + STAGES - 1 < blocks) {
+        issue(b + STAGES - 1);
+      } else {
+        cp_async_commit();
+      }
     }
-    __syncthreads();  // stage b landed (cp.async); every thread is done with stage b - 1, whose slot refills
-    if (b + STAGES - 1 < blocks) {
-      issue(b + STAGES - 1);
-    } else if constexpr (!kTma) {
-      cp_async_commit();
-    }
-    if constexpr (kTma) mbarrier_wait(&full[slot], (b / STAGES) & 1);
 
     // D[key][head] = k . q over 128 dims: four k32 steps, each descriptor advanced by 32 bytes inside the
     // swizzled 128-byte rows.
@@ -170,6 +181,17 @@ __global__ void __launch_bounds__(kLogitsThreads, logits_ctas_per_sm(HEADS))
     wgmma_wait<0>();
 #pragma unroll
     for (int i = 0; i < HEADS / 2; ++i) fence_operand(acc[i]);
+    // This lane's key (t4 < 2) and its scale, read before the slot is released.
+    const int key = 16 * warp + g + 8 * t4, p = start + b * kTileKeys + key;
+    const float scale = t4 < 2 ? scales_s[slot * kTileKeys + key] : 0.0f;
+    if constexpr (kTma) {
+      __syncwarp();
+      if (lane == 0) mbarrier_arrive(&empty[slot]);
+      if (tid == 0 && b + STAGES < blocks) {
+        mbarrier_wait(&empty[slot], (b / STAGES) & 1);
+        issue(b + STAGES);
+      }
+    }
 
     // acc[4j..4j+3] = D[16 warp + g][8j + 2t4 (+1)], D[16 warp + g + 8][8j + 2t4 (+1)].
     float s0 = 0.0f, s1 = 0.0f;
@@ -184,12 +206,7 @@ __global__ void __launch_bounds__(kLogitsThreads, logits_ctas_per_sm(HEADS))
     s1 += __shfl_xor_sync(0xffffffffu, s1, 1);
     s0 += __shfl_xor_sync(0xffffffffu, s0, 2);
     s1 += __shfl_xor_sync(0xffffffffu, s1, 2);
-    if (t4 < 2) {
-      const int key = 16 * warp + g + 8 * t4, p = start + b * kTileKeys + key;
-      if (p < live_end) {
-        out[p] = page_of(p) >= 0 ? (t4 == 0 ? s0 : s1) * scales_s[slot * kTileKeys + key] : -inf_f32();
-      }
-    }
+    if (t4 < 2 && p < live_end) out[p] = page_of(p) >= 0 ? (t4 == 0 ? s0 : s1) * scale : -inf_f32();
   }
 }
 

@@ -26,12 +26,14 @@ constexpr int kTileKeys = 64;
 constexpr int kMinKeysPerCta = 256, kMaxKeysPerCta = 8192;
 constexpr int kMinStages = 2, kMaxStages = 8;
 
-// Resident CTAs per SM the kernel's launch bounds promise (registers: HEADS / 2 accumulators and HEADS / 4
-// weights per thread); the heuristic sizes the ring to fit them in shared memory.
-CHORD_HD constexpr int logits_ctas_per_sm(int heads) { return heads > 64 ? 3 : 4; }
+// Resident CTAs per SM the kernel's launch bounds promise (<= 128 registers: HEADS / 2 accumulators and
+// HEADS / 4 weights per thread fit at 128 heads); the heuristic sizes the ring to fit them in shared
+// memory. 16 warps per SM hide one CTA's wgmma -> epilogue chain behind the others' (at 128 heads, 3 CTAs
+// of 7 stages ran 8% slower than 4 CTAs of 3).
+constexpr int kLogitsCtasPerSm = 4;
 
-// Tiles arrive by tensor copy when a page's keys are 16-byte aligned (page_size % 4 == 0) and a 64-key
-// tile is whole pages or part of one; otherwise by cp.async, 4-16 bytes at a time.
+// Tiles can arrive by tensor copy when a page's keys are 16-byte aligned (page_size % 4 == 0) and a
+// 64-key tile is whole pages or part of one; otherwise (or by choice) by cp.async, 4-16 bytes at a time.
 CHORD_HD constexpr bool logits_uses_tma(int page) {
   return page % 4 == 0 && (page % kTileKeys == 0 || kTileKeys % page == 0);
 }
@@ -42,7 +44,7 @@ struct LogitsSmem {
   int q;         // [heads][128] E4M3, 16-byte chunks swizzled by (head & 7): wgmma's B
   int keys;      // [stages][64][128] E4M3, 16-byte chunks swizzled by (key & 7): wgmma's A
   int scales;    // [stages][64] FP32
-  int barriers;  // [stages] mbarriers (tensor copies)
+  int barriers;  // [2][stages] mbarriers (tensor copies): full, empty
   int pages;     // [keys_per_cta / page + 1] int32 block-table entries (a range may straddle a page)
   int bytes;
 };
@@ -52,7 +54,7 @@ CHORD_HD constexpr LogitsSmem logits_smem(int heads, int page, int stages, int k
   s.keys = s.q + heads * kHeadDim;  // a multiple of 1024: heads is a multiple of 8
   s.scales = s.keys + stages * kTileKeys * kHeadDim;
   s.barriers = s.scales + stages * kTileKeys * 4;
-  s.pages = s.barriers + stages * 8;
+  s.pages = s.barriers + 2 * stages * 8;
   s.bytes = s.pages + ((keys_per_cta + page - 1) / page + 1) * 4 + 1024;
   return s;
 }

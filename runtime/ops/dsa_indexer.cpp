@@ -31,7 +31,7 @@ void require_max_context(int32_t max_context, const char* op) {
   }
 }
 
-DsaLogitsConfig logits_config(const DsaIndexerLogitsKey& k) { return {k.stages, k.keys_per_cta}; }
+DsaLogitsConfig logits_config(const DsaIndexerLogitsKey& k) { return {k.stages, k.keys_per_cta, k.tma}; }
 
 // The key cache as [page][row][byte] (rows 128 bytes apart, pages 132 * page_size), boxes of
 // min(page_size, 64) rows of one page. The kernel never addresses a page outside [0, num_pages).
@@ -67,8 +67,8 @@ KernelProgram DsaIndexerLogitsFamily::program(const K& k) {
   }
   KernelProgram p;
   p.header = "dsa_indexer/logits.cuh";
-  p.name_expression = fmt::format("chord::dsa_indexer::indexer_logits_kernel<{}, {}, {}, {}>", k.heads, k.page_size,
-                                  k.stages, k.keys_per_cta);
+  p.name_expression = fmt::format("chord::dsa_indexer::indexer_logits_kernel<{}, {}, {}, {}, {}>", k.heads, k.page_size,
+                                  k.stages, k.keys_per_cta, k.tma ? "true" : "false");
   p.threads = di::kLogitsThreads;
   p.dynamic_smem = static_cast<uint32_t>(heuristics::dsa_logits_dynamic_smem(k.heads, k.page_size, c));
   return p;
@@ -111,7 +111,7 @@ DsaIndexerCacheWriteKey dsa_indexer_cache_write_key(const DeviceFacts&) {
 
 DsaIndexerLogitsKey dsa_indexer_logits_key(const heuristics::DsaLogitsShape& s, const DeviceFacts& facts) {
   const DsaLogitsConfig c = heuristics::select_dsa_logits(s, facts);
-  return {s.heads, s.page_size, c.stages, c.keys_per_cta};
+  return {s.heads, s.page_size, c.stages, c.keys_per_cta, c.tma};
 }
 
 DsaIndexerTopkKey dsa_indexer_topk_key(int topk, const DeviceFacts& facts) {
@@ -165,7 +165,7 @@ void dsa_indexer_logits(const chord_dsa_indexer_args_t& a, CUstream stream) {
                      heuristics::apply_dsa_logits_override, [&](const DsaLogitsConfig& cfg) {
                        return heuristics::dsa_logits_config_error(a.num_heads, a.page_size, cfg, ctx.facts);
                      });
-  const DsaIndexerLogitsKey key{a.num_heads, a.page_size, c.stages, c.keys_per_cta};
+  const DsaIndexerLogitsKey key{a.num_heads, a.page_size, c.stages, c.keys_per_cta, c.tma};
   const int64_t chunks = heuristics::dsa_logits_chunks(a.max_context, logits_config(key));
   if (a.num_tokens * chunks > INT32_MAX) {
     throw_error(CHORD_ERROR_UNSUPPORTED,
@@ -173,8 +173,8 @@ void dsa_indexer_logits(const chord_dsa_indexer_args_t& a, CUstream stream) {
                 key.keys_per_cta, INT32_MAX, a.num_tokens, chunks);
   }
   const LoadedKernel& k = DsaIndexerLogitsFamily::kernel(key, ctx, stream);
-  // A dry run has no driver to encode with; page sizes the kernel cp.asyncs ignore the map.
-  const CUtensorMap map = k.dry_run || !di::logits_uses_tma(a.page_size) ? CUtensorMap{} : key_cache_map(a);
+  // A dry run has no driver to encode with; the cp.async kernels ignore the map.
+  const CUtensorMap map = k.dry_run || !key.tma ? CUtensorMap{} : key_cache_map(a);
   launch(ctx, k, {{static_cast<uint32_t>(a.num_tokens * chunks), 1, 1}, stream}, map, static_cast<const uint8_t*>(a.q),
          a.weights, static_cast<const uint8_t*>(a.cache), a.num_pages, a.block_table, a.max_pages_per_seq,
          a.context_lens, a.max_context, a.logits, static_cast<int32_t>(chunks));

@@ -23,7 +23,7 @@ struct DsaIndexerCacheWriteKey {
   int warps;
 };
 struct DsaIndexerLogitsKey {
-  int heads, page_size, stages, keys_per_cta;
+  int heads, page_size, stages, keys_per_cta, tma;
 };
 struct DsaIndexerTopkKey {
   int threads, candidates;
@@ -40,11 +40,12 @@ struct DsaIndexerCacheWriteFamily : JitFamily<DsaIndexerCacheWriteFamily, DsaInd
 struct DsaIndexerLogitsFamily : JitFamily<DsaIndexerLogitsFamily, DsaIndexerLogitsKey> {
   using K = DsaIndexerLogitsKey;
   static constexpr std::string_view kName = "dsa_indexer.logits";
-  static constexpr std::array<KeyField<K>, 4> kFields{{
+  static constexpr std::array<KeyField<K>, 5> kFields{{
       {"heads", &K::heads, 8, di::kMaxHeads},
       {"page_size", &K::page_size, 1, di::kMaxPageSize},
       {"stages", &K::stages, di::kMinStages, di::kMaxStages},
       {"keys_per_cta", &K::keys_per_cta, di::kMinKeysPerCta, di::kMaxKeysPerCta},
+      {"tma", &K::tma, 0, 1},
   }};
   static KernelProgram program(const K& k);
   static std::vector<K> examples(const DeviceFacts& facts);
