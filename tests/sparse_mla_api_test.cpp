@@ -69,6 +69,14 @@ TEST_CASE("sparse MLA heuristics: head groups, warps and the split", "[sparse_ml
   CHECK(wide.warps == 8);
   CHECK(wide.splits == 1);
   CHECK(select_sparse_mla(shape(24, 1), kH200).head_group == 8);
+  // A 32-head grid that cannot cover the SMs even at one block per split: the 16-head kernel.
+  for (const int heads : {32, 64, 128}) {
+    const SparseMlaConfig small = select_sparse_mla(shape(heads, 1), kH200);
+    INFO("h=" << heads);
+    CHECK((small.head_group == 16 && small.warps == 4));
+  }
+  CHECK(select_sparse_mla(shape(64, 3), kH200).head_group == 32);  // 3 x 2 x 32 CTAs cover 132 SMs
+  CHECK(select_sparse_mla(shape(128, 2), kH200).head_group == 32);
   for (int heads : {8, 16, 32, 64, 128}) {
     for (int64_t tokens : {1, 3, 8, 32, 64, 128, 256, 1000}) {
       for (int topk : {64, 128, 2048, 4096}) {

@@ -18,12 +18,11 @@ using heuristics::SparseMlaShape;
 
 constexpr const char* kOp = "sparse_mla_decode";
 
-// Mistral Large 4 at TP8 / TP4 (decode), a NoPE layer, a BF16 cache, and 128 heads in a prefill chunk.
-const SparseMlaShape kExamples[] = {{sm::kFp8DsMla, 64, 8, 2048, 1},
-                                    {sm::kFp8DsMla, 64, 16, 2048, 32},
-                                    {sm::kFp8DsMla, 0, 8, 2048, 1},
-                                    {sm::kBf16, 64, 16, 2048, 1},
-                                    {sm::kFp8DsMla, 64, 128, 2048, 128}};
+// Mistral Large 4 at TP8 / TP4 (decode), a NoPE layer, a BF16 cache, 128 heads in a prefill chunk, and one
+// token at 64 heads (the 16-head kernel).
+const SparseMlaShape kExamples[] = {{sm::kFp8DsMla, 64, 8, 2048, 1},     {sm::kFp8DsMla, 64, 16, 2048, 32},
+                                    {sm::kFp8DsMla, 0, 8, 2048, 1},      {sm::kBf16, 64, 16, 2048, 1},
+                                    {sm::kFp8DsMla, 64, 128, 2048, 128}, {sm::kFp8DsMla, 64, 64, 2048, 1}};
 
 SparseMlaDecodeKey decode_key(const SparseMlaShape& s, const SparseMlaConfig& c) {
   return {s.format, s.rope_dims, s.num_heads, c.head_group, c.warps, c.stages};
@@ -177,15 +176,20 @@ void plan_sparse_mla(const ModelPlanInput& in, PlanBuilder& plan) {
   for (const int format : {sm::kFp8DsMla, sm::kBf16}) {
     for (const int rope : {a.rope_dims, 0}) {
       if (rope == 0 && a.rope_dims != 0 && !a.nope_layers) continue;
-      const SparseMlaShape s{format, rope, heads, a.index_topk, 1};
+      SparseMlaShape s{format, rope, heads, a.index_topk, 1};
       std::string why = a.num_heads % dep.tensor_parallel != 0
                             ? fmt::format("{} heads do not split over TP {}", a.num_heads, dep.tensor_parallel)
                             : heuristics::sparse_mla_shape_error(s);
       if (!why.empty()) throw_error(CHORD_ERROR_INVALID_ARGUMENT, "deployment {}: sparse MLA: {}", dep.name, why);
       plan.add(SparseMlaCacheWriteFamily::descriptor(arch, sparse_mla_cache_write_key(format, rope)));
-      const SparseMlaLaunch l = sparse_mla_launch(s, in.facts);
-      plan.add(SparseMlaDecodeFamily::descriptor(arch, l.decode));
-      plan.add(SparseMlaCombineFamily::descriptor(arch, l.combine));
+      // The kernel depends on the token count only through the small-grid head group (heuristics):
+      // the two ends of the range cover both choices.
+      for (const int64_t tokens : {int64_t{1}, int64_t{sm::kMaxTokens}}) {
+        s.num_tokens = tokens;
+        const SparseMlaLaunch l = sparse_mla_launch(s, in.facts);
+        plan.add(SparseMlaDecodeFamily::descriptor(arch, l.decode));
+        plan.add(SparseMlaCombineFamily::descriptor(arch, l.combine));
+      }
     }
   }
 }
