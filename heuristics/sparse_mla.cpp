@@ -60,9 +60,9 @@ SparseMlaConfig select_sparse_mla_kernel(const SparseMlaShape& s, const DeviceFa
   c.warps = c.head_group >= 32 ? 8 : 4;
   // A grid of 32-head CTAs that leaves SMs idle even split down to single blocks (T = 1 at 32-128 heads)
   // runs the 16-head kernel instead: twice the CTAs, two per SM, each CTA's block chain shorter
-  // (measured at T = 1: 19.9 -> 17.4 us at h = 64, 26.9 -> 25.8 at h = 128; 8 warps on 16 heads were
-  // ~1 us faster still but spill under two CTAs' register cap). With the SMs covered, 32-head groups win
-  // by 28-30%: they gather each record once for twice the heads.
+  // (measured at T = 1: 19.7 -> 16.7 us at h = 64, even at h = 128 and at T = 2; 8 warps on 16 heads
+  // were ~1 us faster at T = 1 but spill under two CTAs' register cap). With the SMs covered, 32-head
+  // groups win by 28-30% (T = 32): they gather each record once for twice the heads.
   const int64_t max_splits = std::min(ceil_div(std::max(s.topk, 1), kBlockKeys), chord::sparse_mla::kMaxSplits);
   if (c.head_group == 32 && s.num_tokens * (s.num_heads / 32) * max_splits < facts.sm_count) {
     c.head_group = 16;
