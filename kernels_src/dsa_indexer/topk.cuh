@@ -64,23 +64,23 @@ struct TopkBlock {
 };
 
 // Calls f(key, position, valid) for every position of row [0, n) from 16-byte loads, every lane of a
-// warp taking part in every call (f may use warp collectives). Eight loads per lane are issued before any
+// warp taking part in every call (f may use warp collectives). LOADS loads per lane are issued before any
 // is used: one SM streams a whole row, so it needs many bytes in flight (16 KB at one load per thread
-// leaves a 64K row at ~16 GB/s).
-template <int THREADS, typename F>
+// leaves a 64K row at ~16 GB/s). Each of the 4 * LOADS calls is inlined: the rare paths take fewer
+// loads to keep the kernel's code (and its cold compile) small.
+template <int THREADS, int LOADS, typename F>
 __device__ __forceinline__ void for_each_logit(const float* __restrict__ row, int n, F&& f) {
-  constexpr int kUnroll = 8;
   const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
   const int vectors = n / 4;
-  for (int base = warp * 32; base < vectors; base += THREADS * kUnroll) {
-    float4 x[kUnroll];
+  for (int base = warp * 32; base < vectors; base += THREADS * LOADS) {
+    float4 x[LOADS];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < LOADS; ++u) {
       const int v = base + u * THREADS + lane;
       x[u] = v < vectors ? __ldg(reinterpret_cast<const float4*>(row) + v) : make_float4(0, 0, 0, 0);
     }
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < LOADS; ++u) {
       const int v = base + u * THREADS + lane;
       const bool valid = v < vectors;
       f(order_key(x[u].x), 4 * v, valid);
@@ -102,6 +102,9 @@ __global__ void __launch_bounds__(THREADS)
                 int32_t topk, const int32_t* __restrict__ block_table, int32_t max_pages_per_seq, int32_t page_size,
                 int32_t* __restrict__ indices) {
   constexpr int kBins = kTopkBins;
+  // Loads in flight per lane: 8 for the first read of the row (from HBM; one add per value), 4 for the
+  // second (from L2, issue-bound by the emit/collect body), 1 for the overflow re-reads (rare).
+  constexpr int kHistLoads = 8, kSelectLoads = 4, kOverflowLoads = 1;
   static_assert(THREADS % 32 == 0 && THREADS <= 1024 && kBins % THREADS == 0, "THREADS: warps dividing 2048");
   extern __shared__ __align__(16) uint8_t smem[];
   int32_t* hist = reinterpret_cast<int32_t*>(smem);                       // [kBins]
@@ -141,7 +144,7 @@ __global__ void __launch_bounds__(THREADS)
   for (int i = tid; i < kBins; i += THREADS) hist[i] = 0;
   if (tid == 0) emitted = candidates = equal_taken = 0;
   __syncthreads();
-  for_each_logit<THREADS>(row, n, [&](uint32_t key, int, bool valid) {
+  for_each_logit<THREADS, kHistLoads>(row, n, [&](uint32_t key, int, bool valid) {
     if (valid) atomicAdd(&hist[key >> 21], 1);
   });
   __syncthreads();
@@ -150,7 +153,7 @@ __global__ void __launch_bounds__(THREADS)
   const uint32_t b1 = bin;
   int need = topk - above;  // still to take from bin b1
 
-  for_each_logit<THREADS>(row, n, [&](uint32_t key, int p, bool valid) {
+  for_each_logit<THREADS, kSelectLoads>(row, n, [&](uint32_t key, int p, bool valid) {
     emit(valid && (key >> 21) > b1, p);
     const bool in_bin = valid && (key >> 21) == b1;
     const uint32_t mask = __ballot_sync(0xffffffffu, in_bin);
@@ -172,7 +175,9 @@ __global__ void __launch_bounds__(THREADS)
         f(valid ? cand_key[i] : 0u, valid ? cand_pos[i] : 0, valid);
       }
     } else {
-      for_each_logit<THREADS>(row, n, [&](uint32_t key, int p, bool valid) { f(key, p, valid && (key >> 21) == b1); });
+      // A bin of more than CANDIDATES values: a near-constant row, rare enough for the light loop.
+      for_each_logit<THREADS, kOverflowLoads>(
+          row, n, [&](uint32_t key, int p, bool valid) { f(key, p, valid && (key >> 21) == b1); });
     }
   };
 
