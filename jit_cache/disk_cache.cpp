@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "jit_cache/cache_layout.hpp"
+#include "runtime/core/json.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/logging.hpp"
 
@@ -74,20 +75,24 @@ nlohmann::json CacheEntryMeta::to_json() const {
 }
 
 CacheEntryMeta CacheEntryMeta::from_json(const nlohmann::json& j) {
-  if (j.at("format").get<int>() != kFormatVersion) throw std::runtime_error("unknown entry format");
+  if (json_integer<int64_t>(j.at("format"), "format") != kFormatVersion) {
+    throw std::runtime_error("unknown entry format");
+  }
   CacheEntryMeta m;
   m.key = j.at("key").get<std::string>();
   m.descriptor = j.at("descriptor");
   m.descriptor_text = j.at("descriptor_text").get<std::string>();
   m.lowered_name = j.at("lowered_name").get<std::string>();
-  m.threads = j.at("threads").get<uint32_t>();
-  m.dynamic_smem = j.at("dynamic_smem").get<uint32_t>();
-  m.cluster = j.at("cluster").get<std::array<uint32_t, 3>>();
-  m.cubin_size = j.at("cubin_size").get<uint64_t>();
+  m.threads = json_integer<uint32_t>(j.at("threads"), "threads");
+  m.dynamic_smem = json_integer<uint32_t>(j.at("dynamic_smem"), "dynamic_smem");
+  const nlohmann::json& cluster = j.at("cluster");
+  if (!cluster.is_array() || cluster.size() != 3) throw std::runtime_error("cluster is not 3 integers");
+  for (size_t i = 0; i < 3; ++i) m.cluster[i] = json_integer<uint32_t>(cluster[i], "cluster");
+  m.cubin_size = json_integer<uint64_t>(j.at("cubin_size"), "cubin_size");
   m.cubin_checksum = j.at("cubin_checksum").get<std::string>();
   m.compile_ms = j.at("compile_ms").get<double>();
   m.nvrtc_version = j.at("nvrtc_version").get<std::string>();
-  m.created_unix = j.at("created_unix").get<int64_t>();
+  m.created_unix = json_integer<int64_t>(j.at("created_unix"), "created_unix");
   m.compile_log = j.value("compile_log", "");
   return m;
 }

@@ -160,6 +160,23 @@ TEST_CASE("CacheEntryMeta JSON round trip and format check", "[cache]") {
   auto missing = j;
   missing.erase("cubin_checksum");
   CHECK_THROWS(chordrt::jit::CacheEntryMeta::from_json(missing));
+  // Integers only, in range: nlohmann casts a float to the field's type (undefined past its range; the
+  // cache_entry fuzzer found "dynamic_smem": 1e+300 under UBSan).
+  for (const auto& [field, value] : {std::pair<const char*, nlohmann::json>{"threads", 1e300},
+                                     {"dynamic_smem", 128.5},
+                                     {"threads", -1},
+                                     {"dynamic_smem", 4294967296LL},
+                                     {"cubin_size", -5},
+                                     {"created_unix", 1e19},
+                                     {"format", 1e300},
+                                     {"cluster", nlohmann::json::array({1, 1e300, 1})},
+                                     {"cluster", nlohmann::json::array({1, 1})},
+                                     {"threads", "128"}}) {
+    auto bad = j;
+    bad[field] = value;
+    INFO(field << " = " << value.dump());
+    CHECK_THROWS_WITH(chordrt::jit::CacheEntryMeta::from_json(bad), Catch::Matchers::Contains(field));
+  }
 }
 
 TEST_CASE("corrupt and truncated entries are detected and removed", "[cache]") {

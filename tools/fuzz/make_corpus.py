@@ -171,6 +171,8 @@ def cache_entry_corpus(cache_dir):
                          ("cluster", [2, 1, 1]), ("lowered_name", "_Z7anotherv")):
         out[f"regress-edited-{field}"] = cache_input(dict(meta, **{field: value}), cubin)
     out["regress-copied-under-another-key"] = cache_input(dict(meta, key=other["key"]), cubin)
+    # A float where an integer belongs: nlohmann's cast of it is undefined behaviour (found by the fuzzer).
+    out["regress-float-dynamic_smem"] = cache_input(dict(meta, dynamic_smem=1e300), cubin)
     # 7: terminal escape codes and invalid UTF-8 in printed text.
     out["regress-escape-codes"] = cache_input(dict(meta, descriptor_text="\x1b[2J\x1b]0;owned\x07"), cubin)
     raw = json.dumps(dict(meta, descriptor_text="@")).encode()
