@@ -13,8 +13,8 @@
 #include <thread>
 
 #include "jit_cache/cache_layout.hpp"
-#include "runtime/core/json.hpp"
 #include "runtime/core/error.hpp"
+#include "runtime/core/json.hpp"
 #include "runtime/core/logging.hpp"
 
 namespace fs = std::filesystem;
