@@ -110,7 +110,11 @@ DsaIndexerCacheWriteKey dsa_indexer_cache_write_key(const DeviceFacts&) {
 }
 
 DsaIndexerLogitsKey dsa_indexer_logits_key(const heuristics::DsaLogitsShape& s, const DeviceFacts& facts) {
-  const DsaLogitsConfig c = heuristics::select_dsa_logits(s, facts);
+  const DsaLogitsConfig c = resolve_config(
+      "dsa_indexer_logits", "CHORD_DSA_CONFIG", env_config().dsa_override, heuristics::select_dsa_logits(s, facts),
+      heuristics::apply_dsa_logits_override, [&](const DsaLogitsConfig& cfg) {
+        return heuristics::dsa_logits_config_error(s.heads, s.page_size, cfg, facts);
+      });
   return {s.heads, s.page_size, c.stages, c.keys_per_cta, c.tma};
 }
 
@@ -159,13 +163,8 @@ void dsa_indexer_logits(const chord_dsa_indexer_args_t& a, CUstream stream) {
   check_override_syntax<DsaLogitsConfig>(op, "CHORD_DSA_CONFIG", env_config().dsa_override,
                                          heuristics::apply_dsa_logits_override);
   const ContextState& ctx = JitRuntime::global().context_for(stream);
-  const heuristics::DsaLogitsShape shape{a.num_heads, a.page_size, a.num_tokens, a.max_context};
-  const DsaLogitsConfig c =
-      resolve_config(op, "CHORD_DSA_CONFIG", env_config().dsa_override, heuristics::select_dsa_logits(shape, ctx.facts),
-                     heuristics::apply_dsa_logits_override, [&](const DsaLogitsConfig& cfg) {
-                       return heuristics::dsa_logits_config_error(a.num_heads, a.page_size, cfg, ctx.facts);
-                     });
-  const DsaIndexerLogitsKey key{a.num_heads, a.page_size, c.stages, c.keys_per_cta, c.tma};
+  const DsaIndexerLogitsKey key =
+      dsa_indexer_logits_key({a.num_heads, a.page_size, a.num_tokens, a.max_context}, ctx.facts);
   const int64_t chunks = heuristics::dsa_logits_chunks(a.max_context, logits_config(key));
   if (a.num_tokens * chunks > INT32_MAX) {
     throw_error(CHORD_ERROR_UNSUPPORTED,

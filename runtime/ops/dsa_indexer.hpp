@@ -62,7 +62,8 @@ struct DsaIndexerTopkFamily : JitFamily<DsaIndexerTopkFamily, DsaIndexerTopkKey>
   static std::vector<K> examples(const DeviceFacts& facts);
 };
 
-// The keys dispatch launches on a device (the planner calls the same functions).
+// The keys dispatch launches on a device (the planner calls the same functions; the logits key applies
+// CHORD_DSA_CONFIG, as sparse_mla_launch applies CHORD_MLA_CONFIG).
 DsaIndexerCacheWriteKey dsa_indexer_cache_write_key(const DeviceFacts& facts);
 DsaIndexerLogitsKey dsa_indexer_logits_key(const heuristics::DsaLogitsShape& s, const DeviceFacts& facts);
 DsaIndexerTopkKey dsa_indexer_topk_key(int topk, const DeviceFacts& facts);
