@@ -20,9 +20,15 @@ constexpr double kCombineBlocks = 1.0;
 using chord::sparse_mla::kBlockKeys;
 
 size_t decode_smem(const SparseMlaShape& s, const SparseMlaConfig& c) {
+  if (c.head_group == chord::sparse_mla::kWgmmaHeads) {
+    return static_cast<size_t>(chord::sparse_mla::wgmma_decode_smem(s.rope_dims).bytes);
+  }
   return static_cast<size_t>(
       chord::sparse_mla::decode_smem(s.format, s.rope_dims, c.head_group, c.warps, c.stages).bytes);
 }
+
+// The WGMMA kernel's fixed shape: three warpgroups, two-deep rings.
+constexpr int kWgmmaStages = 2;
 
 }  // namespace
 
@@ -68,6 +74,17 @@ SparseMlaConfig select_sparse_mla_kernel(const SparseMlaShape& s, const DeviceFa
     c.head_group = 16;
     c.warps = 4;
   }
+  // fp8_ds_mla at a multiple of 64 heads (where the grid covers the SMs): 64-head CTAs on wgmma
+  // (decode_wgmma.cuh), each record gathered once per 64 heads.
+  if (s.format == chord::sparse_mla::kFp8DsMla && s.num_heads % chord::sparse_mla::kWgmmaHeads == 0 &&
+      c.head_group == 32) {
+    c.head_group = chord::sparse_mla::kWgmmaHeads;
+    c.warps = chord::sparse_mla::kWgmmaWarps;
+    c.stages = kWgmmaStages;
+    c.splits = 1;
+    c.blocks_per_split = std::max(1, ceil_div(s.topk, kBlockKeys));
+    return c;
+  }
   // Two stages keep two 4-warp CTAs per SM; deeper rings only where a CTA is alone on its SM anyway.
   c.stages = 2;
   while (c.stages < 4) {
@@ -88,6 +105,7 @@ SparseMlaConfig select_sparse_mla_kernel(const SparseMlaShape& s, const DeviceFa
 int sparse_mla_ctas_per_sm(const SparseMlaShape& s, const SparseMlaConfig& c) {
   // Registers: two 4-warp CTAs fit, two 8-warp ones up to 16 heads, one beyond (the kernel's launch
   // bounds; tests/ptxas_report_test.cpp checks each example against ptxas).
+  if (c.head_group == chord::sparse_mla::kWgmmaHeads) return 1;
   const int by_regs = c.warps == 4 || c.head_group <= 16 ? 2 : 1;
   const size_t smem = decode_smem(s, c) + kSmemReservedPerCta;
   const int by_smem = static_cast<int>(static_cast<size_t>(kSmemPerSm) / smem);
@@ -131,12 +149,18 @@ std::string sparse_mla_config_error(const SparseMlaShape& s, const SparseMlaConf
     return "head_group must be 8, 16, 32 or 64";
   }
   if (s.num_heads % c.head_group != 0) return "head_group must divide num_heads";
-  if (c.warps != 4 && c.warps != 8 && c.warps != 16) return "warps must be 4, 8 or 16";
+  if (c.head_group == chord::sparse_mla::kWgmmaHeads) {
+    if (s.format != chord::sparse_mla::kFp8DsMla) return "head_group 64 (the wgmma kernel) serves fp8_ds_mla caches";
+    if (c.warps != chord::sparse_mla::kWgmmaWarps || c.stages != kWgmmaStages) {
+      return "head_group 64 (the wgmma kernel) runs 12 warps and 2 stages";
+    }
+  } else if (c.warps != 4 && c.warps != 8 && c.warps != 16)
+    return "warps must be 4, 8 or 16";
   const int head_splits = std::min(c.warps / 4, c.head_group / 8);
-  if (c.warps / 4 != head_splits && !(c.warps == 8 && c.head_group == 8)) {
+  if (c.head_group != chord::sparse_mla::kWgmmaHeads && c.warps / 4 != head_splits &&
+      !(c.warps == 8 && c.head_group == 8)) {
     return "the S-phase warps of a key group split the heads 8 or more each (8 warps on 8 heads split the dims)";
   }
-
   if (c.stages < 2 || c.stages > 8) return "stages must be in [2, 8]";
   if (c.splits < 1 || c.splits > std::min(blocks, chord::sparse_mla::kMaxSplits)) {
     return "splits must be in [1, min(topk / 64, 64)]";

@@ -21,8 +21,8 @@ struct SparseMlaShape {
 };
 
 struct SparseMlaConfig {
-  int head_group;  // heads per CTA: 8, 16, 32 or 64 (a divisor of num_heads)
-  int warps;       // 4, 8 or 16: four 16-key groups, times head splits (at 8 heads and 8 warps, dim splits)
+  int head_group;  // heads per CTA: 8, 16, 32 (decode.cuh) or 64 (decode_wgmma.cuh, fp8_ds_mla); divides num_heads
+  int warps;       // decode.cuh: 4, 8 or 16 (four 16-key groups, times head or dim splits); decode_wgmma.cuh: 12
   int stages;      // 64-key blocks in flight per CTA
   int splits;      // CTAs sharing one (token, head group)'s top-k; > 1 adds the combine kernel
   int blocks_per_split;

@@ -63,11 +63,16 @@ TEST_CASE("sparse MLA heuristics: head groups, warps and the split", "[sparse_ml
   CHECK(select_sparse_mla(shape(8, 256), kH200).splits == 1);
   CHECK(select_sparse_mla(shape(8, 1000), kH200).splits == 1);
   CHECK(select_sparse_mla(shape(16, 1), kH200).head_group == 16);
-  // Many heads: 32-head groups on 8 warps.
+  // Many heads: 64-head groups on the wgmma kernel (fp8_ds_mla), 32-head groups on 8 warps (BF16 caches,
+  // or head counts that are not a multiple of 64).
   const SparseMlaConfig wide = select_sparse_mla(shape(128, 128), kH200);
-  CHECK(wide.head_group == 32);
-  CHECK(wide.warps == 8);
+  CHECK(wide.head_group == 64);
+  CHECK(wide.warps == 12);
+  CHECK(wide.stages == 2);
   CHECK(wide.splits == 1);
+  const SparseMlaConfig wide_bf16 = select_sparse_mla(shape(128, 128, 2048, chord::sparse_mla::kBf16), kH200);
+  CHECK((wide_bf16.head_group == 32 && wide_bf16.warps == 8));
+  CHECK(select_sparse_mla(shape(96, 128), kH200).head_group == 32);
   CHECK(select_sparse_mla(shape(24, 1), kH200).head_group == 8);
   // A 32-head grid that cannot cover the SMs even at one block per split: the 16-head kernel.
   for (const int heads : {32, 64, 128}) {
@@ -75,8 +80,9 @@ TEST_CASE("sparse MLA heuristics: head groups, warps and the split", "[sparse_ml
     INFO("h=" << heads);
     CHECK((small.head_group == 16 && small.warps == 4));
   }
-  CHECK(select_sparse_mla(shape(64, 3), kH200).head_group == 32);  // 3 x 2 x 32 CTAs cover 132 SMs
-  CHECK(select_sparse_mla(shape(128, 2), kH200).head_group == 32);
+  CHECK(select_sparse_mla(shape(64, 3), kH200).head_group == 64);  // 3 x 2 x 32 CTAs cover 132 SMs
+  CHECK(select_sparse_mla(shape(128, 2), kH200).head_group == 64);
+  CHECK(select_sparse_mla(shape(64, 3, 2048, chord::sparse_mla::kBf16), kH200).head_group == 32);
   for (int heads : {8, 16, 32, 64, 128}) {
     for (int64_t tokens : {1, 3, 8, 32, 64, 128, 256, 1000}) {
       for (int topk : {64, 128, 2048, 4096}) {
@@ -87,7 +93,9 @@ TEST_CASE("sparse MLA heuristics: head groups, warps and the split", "[sparse_ml
         const int blocks = topk / 64;
         CHECK(c.splits * c.blocks_per_split >= blocks);
         CHECK((c.splits - 1) * c.blocks_per_split < blocks);  // no empty split
-        CHECK(chord::sparse_mla::decode_smem(s.format, s.rope_dims, c.head_group, c.warps, c.stages).bytes <=
+        CHECK((c.head_group == 64
+                   ? chord::sparse_mla::wgmma_decode_smem(s.rope_dims).bytes
+                   : chord::sparse_mla::decode_smem(s.format, s.rope_dims, c.head_group, c.warps, c.stages).bytes) <=
               kH200.max_smem_per_block_optin);
         CHECK(chordrt::heuristics::sparse_mla_workspace_bytes(s, c) ==
               (c.splits > 1 ? static_cast<size_t>(tokens) * heads * c.splits * 513 * 4 : 0));
@@ -113,10 +121,17 @@ TEST_CASE("sparse MLA overrides are parsed and checked", "[sparse_mla]") {
   bad.splits = 33;
   CHECK_THAT(sparse_mla_config_error(shape(16, 4), bad, kH200), Contains("splits"));
   bad = c;
-  bad.head_group = 64;
+  bad.head_group = 32;
   bad.warps = 8;
   bad.stages = 8;
   CHECK_THAT(sparse_mla_config_error(shape(64, 4), bad, kH200), Contains("shared memory"));
+  // The wgmma kernel: 12 warps, 2 stages, fp8_ds_mla only.
+  bad.head_group = 64;
+  CHECK_THAT(sparse_mla_config_error(shape(64, 4), bad, kH200), Contains("12 warps and 2 stages"));
+  bad.warps = 12;
+  bad.stages = 2;
+  CHECK(sparse_mla_config_error(shape(64, 4), bad, kH200).empty());
+  CHECK_THAT(sparse_mla_config_error(shape(64, 4, 2048, chord::sparse_mla::kBf16), bad, kH200), Contains("fp8_ds_mla"));
 }
 
 TEST_CASE("sparse MLA decode keys are checked by the family", "[sparse_mla]") {

@@ -2,8 +2,10 @@
 """Writes the wgmma wrappers kernels use, one literal asm string per N (N/2 accumulator operands), so the
 variants are generated rather than written by hand:
   kernels_src/common/wgmma_rs.cuh:       m64nNk16, BF16, A from registers, B by descriptor (K-major);
-  kernels_src/common/wgmma_ss_e4m3.cuh:  m64nNk32, E4M3 x E4M3, A and B by descriptor (both K-major).
-N = 8..256 in steps of 8. Run from anywhere after editing; the outputs are committed."""
+  kernels_src/common/wgmma_ss_e4m3.cuh:  m64nNk32, E4M3 x E4M3, A and B by descriptor (both K-major);
+  kernels_src/common/wgmma_16bit.cuh:    m64nNk16, F16 or BF16: A and B by descriptor (both K-major), and A from
+                                         registers with B by descriptor MN-major (F16).
+N = 8..256 in steps of 8 (wgmma_16bit.cuh: the N its kernels use). Run from anywhere after editing; the outputs are committed."""
 import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent / "kernels_src" / "common"
@@ -63,6 +65,46 @@ struct WgmmaSsE4m3<{n}> {{
 """
 
 
+def ss16_variant(n: int, bf16: bool) -> str:
+    acc = n // 2
+    t = "bf16" if bf16 else "f16"
+    d = ", ".join(f"%{i}" for i in range(acc))
+    outs = ", ".join(f'"+f"(d[{i}])' for i in range(acc))
+    return f"""
+template <>
+struct WgmmaSs16<{n}, {str(bf16).lower()}> {{
+  static constexpr int kAccumulators = {acc};
+  __device__ static __forceinline__ void mma(float (&d)[{acc}], uint64_t a_desc, uint64_t b_desc, bool accumulate) {{
+    asm volatile(
+        "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{acc + 2}, 0;\\n"
+        "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t} {{{d}}}, %{acc}, %{acc + 1}, p, 1, 1, 0, 0;\\n}}\\n"
+        : {outs}
+        : "l"(a_desc), "l"(b_desc), "r"(static_cast<int>(accumulate)));
+  }}
+}};
+"""
+
+
+def rs_f16_mn_variant(n: int) -> str:
+    acc = n // 2
+    d = ", ".join(f"%{i}" for i in range(acc))
+    a = ", ".join(f"%{acc + i}" for i in range(4))
+    outs = ", ".join(f'"+f"(d[{i}])' for i in range(acc))
+    return f"""
+template <>
+struct WgmmaRsF16MnB<{n}> {{
+  static constexpr int kAccumulators = {acc};
+  __device__ static __forceinline__ void mma(float (&d)[{acc}], const uint32_t (&a)[4], uint64_t b_desc, bool accumulate) {{
+    asm volatile(
+        "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{acc + 5}, 0;\\n"
+        "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.f16.f16 {{{d}}}, {{{a}}}, %{acc + 4}, p, 1, 1, 1;\\n}}\\n"
+        : {outs}
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(static_cast<int>(accumulate)));
+  }}
+}};
+"""
+
+
 FOOTER = "\n}  // namespace chord\n// clang-format on\n"
 
 
@@ -77,6 +119,14 @@ def main() -> None:
             "// through matrix descriptors (both K-major, as FP8 requires). accumulate = false overwrites d.",
             "WgmmaSsE4m3")
         + "".join(ss_e4m3_variant(n) for n in range(8, 257, 8)),
+        "wgmma_16bit.cuh": header(
+            "// wgmma.mma_async m64nNk16 on 16-bit inputs, FP32 accumulators. WgmmaSs16<N, BF16>: F16 or BF16, A (64 x 16)\n"
+            "// and B (N x 16) from shared memory through matrix descriptors, both K-major. WgmmaRsF16MnB<N>: F16,\n"
+            "// A (4 registers per thread) from registers, B from shared memory MN-major (N contiguous; the\n"
+            "// descriptor's leading offset steps N by 64, its stride offset K by 8). accumulate = false overwrites d.",
+            "WgmmaSs16").replace("template <int N>\nstruct WgmmaSs16;", "template <int N, bool BF16>\nstruct WgmmaSs16;\ntemplate <int N>\nstruct WgmmaRsF16MnB;")
+        + "".join(ss16_variant(n, b) for n in (16, 32, 64) for b in (False, True))
+        + "".join(rs_f16_mn_variant(n) for n in (64, 128, 256)),
     }
     for name, text in files.items():
         (ROOT / name).write_text(text + FOOTER)

@@ -24,7 +24,7 @@ case "$family" in
     defaults=("EP8,gate_up,masked,16" "EP8,down,contiguous,128") ;;
   indexed) kernels="grouped_gemm_kernel|indexed_decode_kernel" skip=3 count=1 sass=1
     defaults=("EP8,gate_up,prefill,4096" "EP8,gate_up,prefill,1024") ;;
-  sparse_mla) kernels="sparse_mla_decode_kernel|sparse_mla_combine_kernel" skip=4 count=2 sass=1
+  sparse_mla) kernels="sparse_mla_decode_kernel|sparse_mla_decode_wgmma_kernel|sparse_mla_combine_kernel" skip=4 count=2 sass=1
     defaults=("fp8/h8,1" "fp8/h8,256") ;;
   dsa) kernels="indexer_logits_kernel|_paged_read_kernel|topk" skip=4 count=2 sass=1
     defaults=("logits,64,64" "logits,128,64") ;;

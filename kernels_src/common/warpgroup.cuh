@@ -41,4 +41,13 @@ __device__ __forceinline__ uint64_t smem_desc_k_major_sw128(const void* smem) {
   return ((addr & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
 }
 
+// The same 128-byte swizzled rows read as an MN-major operand (16-bit values): a row is one K index
+// holding 64 consecutive MN values, 8-row atoms 1024 bytes apart along K, and the next 64 MN values
+// mn_block_bytes further on (the descriptor's leading offset).
+__device__ __forceinline__ uint64_t smem_desc_mn_major_sw128(const void* smem, uint32_t mn_block_bytes) {
+  const uint64_t addr = smem_address(smem);
+  return ((addr & 0x3FFFF) >> 4) | (uint64_t(mn_block_bytes >> 4) << 16) | (uint64_t(1024 >> 4) << 32) |
+         (uint64_t(1) << 62);
+}
+
 }  // namespace chord

@@ -37,10 +37,16 @@ KernelProgram SparseMlaDecodeFamily::program(const K& k) {
   if (why.empty()) why = heuristics::sparse_mla_config_error(s, {k.head_group, k.warps, k.stages, 1, 1}, {});
   if (!why.empty()) throw_error(CHORD_ERROR_INVALID_ARGUMENT, "{}: {}", kName, why);
   KernelProgram p;
+  p.threads = static_cast<uint32_t>(32 * k.warps);
+  if (k.head_group == sm::kWgmmaHeads) {
+    p.header = "sparse_mla/decode_wgmma.cuh";
+    p.name_expression = fmt::format("chord::sparse_mla::sparse_mla_decode_wgmma_kernel<{}, {}>", k.rope_dims, k.heads);
+    p.dynamic_smem = static_cast<uint32_t>(sm::wgmma_decode_smem(k.rope_dims).bytes);
+    return p;
+  }
   p.header = "sparse_mla/decode.cuh";
   p.name_expression = fmt::format("chord::sparse_mla::sparse_mla_decode_kernel<{}, {}, {}, {}, {}, {}>", k.format,
                                   k.rope_dims, k.heads, k.head_group, k.warps, k.stages);
-  p.threads = static_cast<uint32_t>(32 * k.warps);
   p.dynamic_smem = static_cast<uint32_t>(sm::decode_smem(k.format, k.rope_dims, k.head_group, k.warps, k.stages).bytes);
   return p;
 }

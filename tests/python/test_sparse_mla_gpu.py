@@ -15,6 +15,7 @@ Skipped unless torch with a CUDA device of compute capability 9.x is available.
 from __future__ import annotations
 
 import math
+import os
 
 import pytest
 
@@ -264,6 +265,7 @@ def decode_matrix():
     shapes += [(32, t, k) for t in (1, 64) for k in (64, 2048)]
     shapes += [(64, 1, 2048), (64, 3, 2048), (64, 64, 2048), (64, 64, 64), (64, 1000, 64)]
     shapes += [(128, 1, 2048), (128, 3, 64), (128, 64, 2048), (128, 1000, 2048)]
+    shapes += [(24, 3, 2048), (40, 64, 2048), (96, 3, 2048), (96, 64, 64)]  # head counts of no preset
     # topk_length and attn_sink each on in half the points, in all four combinations
     return [pytest.param(h, t, k, i % 2 == 1, (i // 2) % 2 == 1, id=f"h{h}-T{t}-topk{k}" + ("-len" if i % 2 else "") +
                          ("-sink" if (i // 2) % 2 else "")) for i, (h, t, k) in enumerate(shapes)]
@@ -277,6 +279,45 @@ def test_decode_matches_reference(heads, tokens, topk, with_length, with_sink):
     torch.cuda.synchronize()
     check_decode(out, lse, *p.reference(), f"fp8 h={heads} T={tokens} topk={topk} len={with_length} "
                                            f"sink={with_sink}")
+
+
+def check_case(heads, tokens, topk, seed):
+    """One reference case with topk_length and the sink (also run by test_forced_kernels in a child)."""
+    p = Problem(heads, tokens, topk, seed=seed, with_length=True, with_sink=True)
+    out, lse = p.run()
+    torch.cuda.synchronize()
+    check_decode(out, lse, *p.reference(), f"fp8 h={heads} T={tokens} topk={topk} forced")
+
+
+CHILD_CHECK = """
+import sys
+sys.path.insert(0, {dir!r})
+import test_sparse_mla_gpu as t
+t.check_case({heads}, {tokens}, {topk}, {seed})
+"""
+
+
+# Each kernel outside the shapes its heuristic gives it (CHORD_MLA_CONFIG: a fresh process, the
+# environment is read once): the wgmma kernel at one token (many splits of one 64-key block, and one
+# split of all), the mma.sync kernel at 64 and 128 heads with fp8 caches.
+@pytest.mark.parametrize("heads, tokens, topk, config", [
+    (64, 1, 2048, "head_group=64,warps=12,stages=2"),
+    (128, 1, 2048, "head_group=64,warps=12,stages=2,splits=1"),
+    (64, 2, 4096, "head_group=64,warps=12,stages=2,splits=64"),
+    (128, 64, 2048, "head_group=32,warps=8,stages=2"),
+    (64, 3, 2048, "head_group=16,warps=4,stages=2"),
+])
+def test_forced_kernels(python_runner, tmp_path, heads, tokens, topk, config):
+    log = os.environ.get("CHORD_LAUNCH_LOG") or str(tmp_path / "launches.log")
+    start = os.path.getsize(log) if os.path.exists(log) else 0
+    code = CHILD_CHECK.format(dir=os.path.dirname(os.path.abspath(__file__)), heads=heads, tokens=tokens, topk=topk,
+                              seed=heads + tokens)
+    python_runner(code, timeout=900, CHORD_MLA_CONFIG=config, CHORD_LAUNCH_LOG=log)
+    with open(log) as f:
+        f.seek(start)
+        launched = [line for line in f.read().splitlines() if "sparse_mla.decode[" in line]
+    group = config.split(",")[0]
+    assert launched and group in launched[-1], launched
 
 
 @pytest.mark.parametrize("format", [FP8, BF16])
