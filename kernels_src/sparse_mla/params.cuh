@@ -79,30 +79,30 @@ CHORD_HD constexpr DecodeSmem decode_smem(int format, int rope, int hg, int warp
   return s;
 }
 
-// decode_wgmma.cuh (fp8_ds_mla, 64 heads a CTA): a producer warpgroup gathers 32-key blocks and converts
-// them, two consumer warpgroups run S and P.V on wgmma. The query and each converted key block are stored
-// as column blocks of 64 dims, each [rows][128 bytes] in the 128-byte swizzle (16-byte chunk c of row r
-// at r * 128 + (c ^ (r % 8)) * 16): K-major for S = Q K^T, the same key bytes MN-major for P.V.
+// decode_wgmma.cuh (fp8_ds_mla, 64 heads a CTA): a producer warp gathers 32-key blocks into a raw ring;
+// two consumer warpgroups convert their own half of each block and run S and P.V on wgmma. The query and
+// each converted key block are stored as column blocks of 64 dims, each [rows][128 bytes] in the 128-byte
+// swizzle (16-byte chunk c of row r at r * 128 + (c ^ (r % 8)) * 16): K-major for S = Q K^T, the same key
+// bytes MN-major for P.V.
 constexpr int kWgmmaHeads = 64;
 constexpr int kWgmmaBlockKeys = 32;
-constexpr int kWgmmaWarps = 12;  // the producer warpgroup, then two consumers (dims 0-255, 256-511)
+constexpr int kWgmmaWarps = 12;  // the producer warpgroup (one warp gathers), then two consumers
 constexpr int kWgmmaColBytes = 128;
+constexpr int kWgmmaRawStages = 3;
 
 struct WgmmaDecodeSmem {
   int col_blocks;       // 64-dim column blocks of a key or query row (8 NoPE, + 1 RoPE)
   int q;                // [col_blocks][64 heads][128 B]: NoPE as F16 prescaled per head, RoPE as BF16
   int keys;             // [2 stages][col_blocks][32 keys][128 B]: NoPE E4M3 as F16 (exact), RoPE BF16
   int key_stage_bytes;  //
-  int raw;              // [2 stages][32 keys][record]: the gathered records
-  int xchg;       // [2 block parities][2 consumers][4][128 threads] float4: partial S (each consumer half the dims)
-  int key_scale;  // [2 stages][4 tiles][32 keys] FP32: the converted keys' scales (0: invalid key)
-  int tile_max;   // [2 stages][4 tiles] FP32: the block's largest scale magnitude per tile (P.V's unit)
-  int key_mask;   // [2 stages] u32: valid keys of the converted block
-  int raw_mask;   // [2 stages] u32: valid keys of the gathered block
-  int inv_pre;    // [64] q prescales
-  int red;        // [4 producer warps][4 tiles] tile maxima
-  int bars;       // raw_full[2], key_full[2], key_empty[2]
-  int bytes;      // plus 1024 for aligning the base
+  int raw;              // [kWgmmaRawStages][32 keys][record]: the gathered records
+  int xchg;             // [2 consumers][4][128 threads] float4: partial S (each consumer half the dims)
+  int key_scale;        // [2 stages][4 tiles][32 keys] FP32: the converted keys' scales (0: invalid key)
+  int tile_part;        // [2 stages][4 tiles][4 warps] FP32: largest scale magnitude of a warp's 8 keys
+  int raw_mask;         // [kWgmmaRawStages] u32: valid keys of a gathered block
+  int inv_pre;          // [64] q prescales
+  int bars;             // raw_full[kWgmmaRawStages], raw_empty[kWgmmaRawStages]
+  int bytes;            // plus 1024 for aligning the base
 };
 CHORD_HD constexpr WgmmaDecodeSmem wgmma_decode_smem(int rope) {
   const RecordLayout r = record_layout(kFp8DsMla, rope);
@@ -112,15 +112,13 @@ CHORD_HD constexpr WgmmaDecodeSmem wgmma_decode_smem(int rope) {
   s.keys = s.q + s.col_blocks * kWgmmaHeads * kWgmmaColBytes;
   s.key_stage_bytes = s.col_blocks * kWgmmaBlockKeys * kWgmmaColBytes;
   s.raw = s.keys + 2 * s.key_stage_bytes;
-  s.xchg = s.raw + 2 * kWgmmaBlockKeys * r.bytes;
-  s.key_scale = s.xchg + 2 * 2 * 128 * 16 * 4;
-  s.tile_max = s.key_scale + 2 * kTiles * kWgmmaBlockKeys * 4;
-  s.key_mask = s.tile_max + 2 * kTiles * 4;
-  s.raw_mask = s.key_mask + 2 * 4;
-  s.inv_pre = s.raw_mask + 2 * 4;
-  s.red = s.inv_pre + kWgmmaHeads * 4;
-  s.bars = (s.red + 4 * kTiles * 4 + 7) / 8 * 8;
-  s.bytes = s.bars + 6 * 8 + 1024;
+  s.xchg = s.raw + kWgmmaRawStages * kWgmmaBlockKeys * r.bytes;
+  s.key_scale = s.xchg + 2 * 128 * 16 * 4;
+  s.tile_part = s.key_scale + 2 * kTiles * kWgmmaBlockKeys * 4;
+  s.raw_mask = s.tile_part + 2 * kTiles * 4 * 4;
+  s.inv_pre = s.raw_mask + kWgmmaRawStages * 4;
+  s.bars = (s.inv_pre + kWgmmaHeads * 4 + 7) / 8 * 8;
+  s.bytes = s.bars + 2 * kWgmmaRawStages * 8 + 1024;
   return s;
 }
 static_assert(wgmma_decode_smem(64).bytes <= 227 * 1024, "one WGMMA decode CTA per SM");
