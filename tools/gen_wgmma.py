@@ -26,19 +26,20 @@ struct {struct};
 """
 
 
-def rs_variant(n: int) -> str:
+def rs_variant(n: int, struct: str = "WgmmaRs", dtype: str = "bf16", trans_b: int = 0) -> str:
+    """A from registers, B by descriptor (trans_b = 1: MN-major)."""
     acc = n // 2
     d = ", ".join(f"%{i}" for i in range(acc))
     a = ", ".join(f"%{acc + i}" for i in range(4))
     outs = ", ".join(f'"+f"(d[{i}])' for i in range(acc))
     return f"""
 template <>
-struct WgmmaRs<{n}> {{
+struct {struct}<{n}> {{
   static constexpr int kAccumulators = {acc};
   __device__ static __forceinline__ void mma(float (&d)[{acc}], const uint32_t (&a)[4], uint64_t b_desc, bool accumulate) {{
     asm volatile(
         "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{acc + 5}, 0;\\n"
-        "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 {{{d}}}, {{{a}}}, %{acc + 4}, p, 1, 1, 0;\\n}}\\n"
+        "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{dtype}.{dtype} {{{d}}}, {{{a}}}, %{acc + 4}, p, 1, 1, {trans_b};\\n}}\\n"
         : {outs}
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(static_cast<int>(accumulate)));
   }}
@@ -46,60 +47,21 @@ struct WgmmaRs<{n}> {{
 """
 
 
-def ss_e4m3_variant(n: int) -> str:
+def ss_variant(n: int, struct: str, k: int, dtype: str, trans: str) -> str:
+    """A and B by descriptor; trans: the instruction's transpose operands (none for FP8)."""
     acc = n // 2
     d = ", ".join(f"%{i}" for i in range(acc))
     outs = ", ".join(f'"+f"(d[{i}])' for i in range(acc))
     return f"""
 template <>
-struct WgmmaSsE4m3<{n}> {{
+struct {struct} {{
   static constexpr int kAccumulators = {acc};
   __device__ static __forceinline__ void mma(float (&d)[{acc}], uint64_t a_desc, uint64_t b_desc, bool accumulate) {{
     asm volatile(
         "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{acc + 2}, 0;\\n"
-        "wgmma.mma_async.sync.aligned.m64n{n}k32.f32.e4m3.e4m3 {{{d}}}, %{acc}, %{acc + 1}, p, 1, 1;\\n}}\\n"
+        "wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{dtype}.{dtype} {{{d}}}, %{acc}, %{acc + 1}, p, 1, 1{trans};\\n}}\\n"
         : {outs}
         : "l"(a_desc), "l"(b_desc), "r"(static_cast<int>(accumulate)));
-  }}
-}};
-"""
-
-
-def ss16_variant(n: int, bf16: bool) -> str:
-    acc = n // 2
-    t = "bf16" if bf16 else "f16"
-    d = ", ".join(f"%{i}" for i in range(acc))
-    outs = ", ".join(f'"+f"(d[{i}])' for i in range(acc))
-    return f"""
-template <>
-struct WgmmaSs16<{n}, {str(bf16).lower()}> {{
-  static constexpr int kAccumulators = {acc};
-  __device__ static __forceinline__ void mma(float (&d)[{acc}], uint64_t a_desc, uint64_t b_desc, bool accumulate) {{
-    asm volatile(
-        "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{acc + 2}, 0;\\n"
-        "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t} {{{d}}}, %{acc}, %{acc + 1}, p, 1, 1, 0, 0;\\n}}\\n"
-        : {outs}
-        : "l"(a_desc), "l"(b_desc), "r"(static_cast<int>(accumulate)));
-  }}
-}};
-"""
-
-
-def rs_f16_mn_variant(n: int) -> str:
-    acc = n // 2
-    d = ", ".join(f"%{i}" for i in range(acc))
-    a = ", ".join(f"%{acc + i}" for i in range(4))
-    outs = ", ".join(f'"+f"(d[{i}])' for i in range(acc))
-    return f"""
-template <>
-struct WgmmaRsF16MnB<{n}> {{
-  static constexpr int kAccumulators = {acc};
-  __device__ static __forceinline__ void mma(float (&d)[{acc}], const uint32_t (&a)[4], uint64_t b_desc, bool accumulate) {{
-    asm volatile(
-        "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{acc + 5}, 0;\\n"
-        "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.f16.f16 {{{d}}}, {{{a}}}, %{acc + 4}, p, 1, 1, 1;\\n}}\\n"
-        : {outs}
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(static_cast<int>(accumulate)));
   }}
 }};
 """
@@ -118,15 +80,16 @@ def main() -> None:
             "// wgmma.mma_async m64nNk32, E4M3 inputs, FP32 accumulators, A (64 x 32) and B (N x 32) from shared memory\n"
             "// through matrix descriptors (both K-major, as FP8 requires). accumulate = false overwrites d.",
             "WgmmaSsE4m3")
-        + "".join(ss_e4m3_variant(n) for n in range(8, 257, 8)),
+        + "".join(ss_variant(n, f"WgmmaSsE4m3<{n}>", 32, "e4m3", "") for n in range(8, 257, 8)),
         "wgmma_16bit.cuh": header(
             "// wgmma.mma_async m64nNk16 on 16-bit inputs, FP32 accumulators. WgmmaSs16<N, BF16>: F16 or BF16, A (64 x 16)\n"
             "// and B (N x 16) from shared memory through matrix descriptors, both K-major. WgmmaRsF16MnB<N>: F16,\n"
             "// A (4 registers per thread) from registers, B from shared memory MN-major (N contiguous; the\n"
             "// descriptor's leading offset steps N by 64, its stride offset K by 8). accumulate = false overwrites d.",
             "WgmmaSs16").replace("template <int N>\nstruct WgmmaSs16;", "template <int N, bool BF16>\nstruct WgmmaSs16;\ntemplate <int N>\nstruct WgmmaRsF16MnB;")
-        + "".join(ss16_variant(n, b) for n in (16, 32, 64) for b in (False, True))
-        + "".join(rs_f16_mn_variant(n) for n in (64, 128, 256)),
+        + "".join(ss_variant(n, f"WgmmaSs16<{n}, {str(b).lower()}>", 16, "bf16" if b else "f16", ", 0, 0")
+                  for n in (16, 32, 64) for b in (False, True))
+        + "".join(rs_variant(n, "WgmmaRsF16MnB", "f16", 1) for n in (64, 128, 256)),
     }
     for name, text in files.items():
         (ROOT / name).write_text(text + FOOTER)

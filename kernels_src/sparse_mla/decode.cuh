@@ -21,6 +21,7 @@
 #include "common/mma.cuh"
 #include "common/tma.cuh"
 #include "sparse_mla/params.cuh"
+#include "sparse_mla/q_prescale.cuh"
 
 namespace chord::sparse_mla {
 
@@ -132,24 +133,11 @@ __global__ void __launch_bounds__(WARPS * 32, WARPS == 8 && HG <= 16 ? 2 : 1)
     const uint4 v1 = *reinterpret_cast<const uint4*>(qrow + lane * 16 + 8);
     uint4* dst = reinterpret_cast<uint4*>(q_s + hh * S.q_row_bytes + lane * 32);
     if constexpr (kFp8) {
-      const uint32_t w[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
-      float f[16], amax = 0.f;
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        f[2 * j] = __uint_as_float(w[j] << 16);
-        f[2 * j + 1] = __uint_as_float(w[j] & 0xffff0000u);
-        amax = fmaxf(amax, fmaxf(fabsf(f[2 * j]), fabsf(f[2 * j + 1])));
-      }
-#pragma unroll
-      for (int o = 16; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(~0u, amax, o));
-      const int e = amax > 0.f ? min(120, max(-120, 14 - (static_cast<int>(__float_as_uint(amax) >> 23) - 127))) : 0;
-      const float pre = __uint_as_float(static_cast<uint32_t>(e + 127) << 23);
-      uint32_t h[8];
-#pragma unroll
-      for (int j = 0; j < 8; ++j) h[j] = pack_f16x2(f[2 * j] * pre, f[2 * j + 1] * pre);
-      dst[0] = make_uint4(h[0], h[1], h[2], h[3]);
-      dst[1] = make_uint4(h[4], h[5], h[6], h[7]);
-      if (lane == 0) inv_pre_s[hh] = __uint_as_float(static_cast<uint32_t>(127 - e) << 23);
+      uint4 lo, hi;
+      const float inv_pre = q_to_f16_prescaled(v0, v1, lo, hi);
+      dst[0] = lo;
+      dst[1] = hi;
+      if (lane == 0) inv_pre_s[hh] = inv_pre;
     } else {
       dst[0] = v0;
       dst[1] = v1;
