@@ -20,8 +20,9 @@
 # normally beside each other with CHORD_LAUNCH_LOG, recording which kernel keys each test launches
 # (step launch_records, under CHORD_STEP_LIMIT_S); the plan picks the cheapest tests covering every key
 # but the grouped GEMM's, warp decode's once per structure (CHORD_RACECHECK_COVER=key: every key; step
-# racecheck_plan); then racecheck runs each chosen Catch2 case as its own
-# process and the chosen pytest tests in groups balanced by duration, one pytest process each,
+# racecheck_plan; CHORD_RACECHECK_RECORDS=DIR plans from DIR/*.tests.jsonl, an earlier run's records of the
+# same kernels, instead of recording); then racecheck runs each chosen Catch2 case as its own
+# process and the chosen pytest tests in groups of at most 4 balanced by duration, one pytest process each,
 # CHORD_SANITIZE_JOBS (default 8) at once, each under CHORD_SANITIZE_LIMIT_S (steps
 # sanitize_racecheck_plan_{catch2,pytest}_<i>). OUTDIR/racecheck_report.txt says which planned tests
 # passed, failed or timed out and which kernels are still unchecked; the records, lists and plan.json
@@ -131,9 +132,13 @@ fi
 if [ "${CHORD_GPU_RACECHECK_PLAN:-0}" = 1 ]; then
   rm -rf "$plan_dir" && mkdir -p "$plan_dir"  # launch logs are appended to: start from none
   # The recorder stops what still runs 30 s before the step's limit, keeping the finished tests' records.
-  step launch_records env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPATH="$PWD/tools/python" \
-    python3 tools/racecheck_plan.py record --catch2 "$build/tests/chordrt_tests" --out "$plan_dir" \
-    --deadline-s "$((${CHORD_STEP_LIMIT_S:-400} - 30))" tests/python/test_*_gpu.py
+  if [ -n "${CHORD_RACECHECK_RECORDS:-}" ]; then  # a same-commit run's records: no record step
+    cp "$CHORD_RACECHECK_RECORDS"/*.tests.jsonl "$plan_dir"/
+  else
+    step launch_records env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPATH="$PWD/tools/python" \
+      python3 tools/racecheck_plan.py record --catch2 "$build/tests/chordrt_tests" --out "$plan_dir" \
+      --deadline-s "$((${CHORD_STEP_LIMIT_S:-400} - 30))" tests/python/test_*_gpu.py
+  fi
   step racecheck_plan python3 tools/racecheck_plan.py plan --jobs "${CHORD_SANITIZE_JOBS:-8}" --out "$plan_dir" \
     --cover "${CHORD_RACECHECK_COVER:-structure}" \
     "$plan_dir"/*.tests.jsonl

@@ -11,12 +11,12 @@ with CHORD_GPU_RACECHECK_PLAN=1:
       JSON object per test: DIR/catch2.tests.jsonl (this script) and DIR/<file stem>.log.tests.jsonl
       (tests/python/conftest.py): {"nodeid" or "case", "duration_s", "keys", "descriptors", "launches",
       "outcome"}.
-  plan RECORDS... --out DIR [--jobs N] [--exclude-family F]... [--cover structure|key]
+  plan RECORDS... --out DIR [--jobs N] [--group-tests N] [--exclude-family F]... [--cover structure|key]
       A greedy weighted set cover of the keys (warp decode's: of their structures, SHAPE_FIELDS) by the
       tests' normal-run durations (plus, for a structure cover, the weight bytes they stream under
       racecheck): DIR/plan.json,
-      DIR/catch2.txt (one case per line) and DIR/pytest_<g>.txt (one nodeid per line, groups balanced by
-      duration, run side by side).
+      DIR/catch2.txt (one case per line) and DIR/pytest_<g>.txt (one nodeid per line, groups of at most
+      N tests balanced by duration, at least one per job; gpu_run.sh runs JOBS of them at once).
   report --plan DIR/plan.json --logs OUTDIR
       Per planned test: passed, failed or timed out under racecheck, from gpu_run.sh's summary and logs.
 """
@@ -206,7 +206,7 @@ def balance(tests, groups: int) -> list:
 
 
 def make_plan(tests, descriptors: dict, excluded_families=EXCLUDED_FAMILIES, jobs: int = 8,
-              structure: bool = True) -> dict:
+              structure: bool = True, group_tests: int = 4) -> dict:
     """The cover of every kernel (each a key, or with `structure` a SHAPE_FIELDS family's structure: the
     plan's "keys" are then those units, and its descriptors name them)."""
     unit = {k: cover_unit(k, descriptors.get(k, ""), structure) for t in tests for k in t.keys}
@@ -227,9 +227,10 @@ def make_plan(tests, descriptors: dict, excluded_families=EXCLUDED_FAMILIES, job
     catch2 = [t for t in chosen if t.kind == "catch2"]
     pytest_tests = [t for t in chosen if t.kind == "pytest"]
     # The pytest groups take every slot (gpu_run.sh starts them first); the Catch2 cases, mostly short,
-    # queue for the slots the groups free. Reserving a slot per case left 2 groups of ~57 tests each on
-    # the first H200 run, and both ran out of time.
-    groups = balance(pytest_tests, max(1, jobs))
+    # queue for the slots the groups free. Normal-run seconds predict racecheck time badly (12-05 on the
+    # H200: two groups of 53 and 59 tests estimated like the 1-test groups ran past 250 s while those
+    # took 35-98 s), so groups stay small and the slots are refilled as they finish.
+    groups = balance(pytest_tests, max(1, jobs, -(-len(pytest_tests) // max(1, group_tests))))
 
     def entry(t):
         return {"name": t.name, "duration_s": normal_s[t.index], "outcome": t.outcome, "keys": sorted(t.required)}
@@ -373,7 +374,8 @@ def cmd_plan(args) -> int:
     if not tests:
         print("no test records", file=sys.stderr)
         return 1
-    plan = make_plan(tests, descriptors, args.exclude_family or EXCLUDED_FAMILIES, args.jobs, args.cover == "structure")
+    plan = make_plan(tests, descriptors, args.exclude_family or EXCLUDED_FAMILIES, args.jobs, args.cover == "structure",
+                     args.group_tests)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("pytest_*.txt"):
@@ -533,6 +535,7 @@ def main(argv=None) -> int:
     p.add_argument("records", nargs="+", help="*.tests.jsonl files")
     p.add_argument("--out", required=True, help="directory for plan.json, catch2.txt, pytest_<g>.txt")
     p.add_argument("--jobs", type=int, default=8, help="racecheck processes at once (default 8)")
+    p.add_argument("--group-tests", type=int, default=4, help="most pytest tests per racecheck process (default 4)")
     p.add_argument("--cover", choices=("structure", "key"), default="structure",
                    help="warp decode kernels once per structure (default) or every cache key")
     p.add_argument("--exclude-family", action="append",

@@ -148,6 +148,11 @@ def test_pytest_groups_take_every_slot_and_catch2_cases_queue():
     assert [t["name"] for t in plan["catch2"]] == ["moe_align small", "moe_align large"]
     assert len(plan["pytest_groups"]) == 8
     assert plan["covered_keys"] == plan["required_keys"] == 12
+    # Many tests: groups of at most group_tests, more groups than slots.
+    many = rp.make_plan(_tests(*[_record(f"p{i}", 1.0, [f"p{i}"]) for i in range(53)]), {}, jobs=8, group_tests=4)
+    assert len(many["pytest_groups"]) == 14
+    assert max(len(g["tests"]) for g in many["pytest_groups"]) == 4
+    assert sum(len(g["tests"]) for g in many["pytest_groups"]) == 53
 
 
 def test_plan_command_writes_the_lists_gpu_run_reads(tmp_path, capsys):
