@@ -116,6 +116,15 @@ TEST_CASE("warp decode configs divide the work exactly", "[warp_decode]") {
   CHECK(select_warp_decode_down(kKimiEp8, 1).k_chunks == 8);
   // Qwen3 at 64 tokens: 4 routes per active expert, one column tile; at 128 tokens, 8 per expert.
   CHECK(select_warp_decode_gate_up(kQwen, 64).n_tiles == 1);
+  // A 16-warp one-tile gate/up (the M = 1 experiment's override) is bounded for two CTAs an SM, so its
+  // grid holds all 256 items of Kimi TP8 at one token instead of 132.
+  auto g16 = g1;
+  g16.k_split = 16;
+  g16.stage_groups = 2;
+  CHECK(chord::warp_decode::resident_ctas_bound(16, 1, 1) == 2);
+  CHECK(chord::warp_decode::resident_ctas_bound(8, 1, 1) == 3);
+  CHECK(chord::warp_decode::resident_ctas_bound(8, 2, 1) == 2);
+  CHECK(warp_decode_gate_up_ctas(kKimiTp8, g16, 1) == 256);
 }
 
 TEST_CASE("warp decode grids fit the device", "[warp_decode]") {

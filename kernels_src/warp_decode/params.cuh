@@ -44,10 +44,15 @@ CHORD_HD constexpr StageBytes stage_bytes(int format, int sg, int row_tiles) {
 }
 
 // Resident warps per SM the kernels' registers are capped for (their launch bounds): 24 with one row and one
-// column tile, 16 with more (more accumulators and fragments per lane).
-CHORD_HD constexpr int resident_warps_bound(int row_tiles, int n_tiles) { return row_tiles * n_tiles == 1 ? 24 : 16; }
+// column tile, 16 with more (more accumulators and fragments per lane). A 16-warp one-tile CTA gets 32: two
+// such CTAs an SM at 64 registers (61 used, no spill, NVRTC) instead of one, twice the warps to hide a warp's
+// stage chain at M = 1 (bench/NOTES.md, "M = 1 gate/up"); no heuristic picks 16 warps yet.
+CHORD_HD constexpr int resident_warps_bound(int warps, int row_tiles, int n_tiles) {
+  return row_tiles * n_tiles == 1 ? (warps >= 16 ? 32 : 24) : 16;
+}
 CHORD_HD constexpr int resident_ctas_bound(int warps, int row_tiles, int n_tiles) {
-  return resident_warps_bound(row_tiles, n_tiles) / warps > 0 ? resident_warps_bound(row_tiles, n_tiles) / warps : 1;
+  const int ctas = resident_warps_bound(warps, row_tiles, n_tiles) / warps;
+  return ctas > 0 ? ctas : 1;
 }
 // Static shared memory of both kernels' route table (route_table.cuh: offset, count, active, two counters,
 // the routes).
