@@ -37,7 +37,8 @@ int64_t grouped_dynamic_smem(const GroupedShape& s, const GroupedConfig& c) {
 
 int grouped_consumer_registers(const GroupedShape& s, const GroupedConfig& c) {
   const int steps = grouped_block_k(s.mode) / 16;
-  return c.slices * c.block_m / 2 + 2 * c.slices * steps * 4 + 40;
+  const int fragments = c.step_ring ? 2 * c.slices * 4 + c.slices * steps : 2 * c.slices * steps * 4;
+  return c.slices * c.block_m / 2 + fragments + 40;
 }
 
 std::string grouped_config_error(const GroupedShape& s, const GroupedConfig& c, const DeviceFacts& facts) {
@@ -49,6 +50,7 @@ std::string grouped_config_error(const GroupedShape& s, const GroupedConfig& c, 
     return fmt::format("slices must be in [1, {}], got {}", g::kMaxSlices, c.slices);
   }
   if (!g::valid_consumers(c.consumers)) return fmt::format("consumers must be 2 or 4, got {}", c.consumers);
+  if (c.step_ring != 0 && c.step_ring != 1) return fmt::format("step_ring must be 0 or 1, got {}", c.step_ring);
   if (const int bn = g::block_n(c.slices, c.consumers); s.n < bn || s.n % bn != 0 || s.n > chord::w4a16::kMaxDim) {
     return fmt::format(
         "n must be a positive multiple of {} (the tile's rows, 64 * slices * consumers) up to {}, got {}", bn,
@@ -113,8 +115,11 @@ GroupedConfig select_grouped(const GroupedShape& s, int64_t rows_hint, const Dev
 }
 
 std::string apply_grouped_override(std::string_view spec, GroupedConfig& c) {
-  return apply_int_overrides(
-      spec, {{"block_m", &c.block_m}, {"slices", &c.slices}, {"stages", &c.stages}, {"consumers", &c.consumers}});
+  return apply_int_overrides(spec, {{"block_m", &c.block_m},
+                                    {"slices", &c.slices},
+                                    {"stages", &c.stages},
+                                    {"consumers", &c.consumers},
+                                    {"step_ring", &c.step_ring}});
 }
 
 }  // namespace chordrt::heuristics

@@ -62,6 +62,7 @@ EnvConfig EnvConfig::from_environment() {
   c.launch_log = env("CHORD_LAUNCH_LOG");
   c.warp_decode_override = env("CHORD_WARP_DECODE_CONFIG");
   c.grouped_override = env("CHORD_GROUPED_CONFIG");
+  c.indexed_override = env("CHORD_INDEXED_CONFIG");
   c.mla_override = env("CHORD_MLA_CONFIG");
   c.dsa_override = env("CHORD_DSA_CONFIG");
   return c;

@@ -36,6 +36,7 @@ struct EnvConfig {
   std::string launch_log;
   std::string warp_decode_override;
   std::string grouped_override;
+  std::string indexed_override;
   std::string mla_override;
   std::string dsa_override;
 

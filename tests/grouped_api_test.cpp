@@ -84,7 +84,8 @@ TEST_CASE("every selected grouped config is a valid kernel", "[grouped]") {
                                    c.block_m,
                                    c.slices,
                                    c.stages,
-                                   c.consumers};
+                                   c.consumers,
+                                   c.step_ring};
           CHECK_NOTHROW(GroupedGemmFamily::family().program(GroupedGemmFamily::descriptor(kHopper, key)));
         }
       }
@@ -112,6 +113,13 @@ TEST_CASE("grouped config errors name the field", "[grouped]") {
   CHECK_THAT(chordrt::heuristics::grouped_config_error(sc, {72, 1, 4, 4}), Contains("at most 104 with 4 consumers"));
   CHECK_THAT(chordrt::heuristics::grouped_config_error(sc, {32, 2, 4, 4}), Contains("registers"));
   CHECK_THAT(chordrt::heuristics::grouped_config_error(s, {8, 1, 4, 4}), Contains("registers"));
+  // The step ring holds one k16 step's fragments twice and the K block's words: two slices fit four
+  // consumers up to block_m 40 with 64-K blocks (512-row tiles).
+  CHECK(chordrt::heuristics::grouped_config_error(sc, {32, 2, 4, 4, 1}) == "");
+  CHECK(chordrt::heuristics::grouped_config_error(sc, {40, 2, 4, 4, 1}) == "");
+  CHECK_THAT(chordrt::heuristics::grouped_config_error(sc, {48, 2, 4, 4, 1}), Contains("registers"));
+  CHECK_THAT(chordrt::heuristics::grouped_config_error(sc, {32, 2, 4, 4, 2}),
+             Contains("step_ring must be 0 or 1, got 2"));
   // Their tile is 256 rows with one slice.
   CHECK_THAT(chordrt::heuristics::grouped_config_error({GroupedMode::kContiguous, 4096 + 128, 7168, 48}, {64, 1, 4, 4}),
              Contains("multiple of 256"));
@@ -125,6 +133,9 @@ TEST_CASE("grouped config overrides for experiments", "[grouped]") {
   CHECK(c.slices == 1);
   CHECK(c.stages == 3);
   CHECK(c.consumers == 4);
+  CHECK(c.step_ring == 0);
+  CHECK(chordrt::heuristics::apply_grouped_override("step_ring=1", c) == "");
+  CHECK(c.step_ring == 1);
   CHECK_THAT(chordrt::heuristics::apply_grouped_override("warps=4", c), Contains("unknown key"));
   CHECK_THAT(chordrt::heuristics::apply_grouped_override("block_m=x", c), Contains("bad value"));
   CHECK_THAT(chordrt::heuristics::apply_grouped_override("block_m", c), Contains("field=value"));
@@ -145,15 +156,15 @@ TEST_CASE("grouped shared memory matches a hand count of the kernel's layout", "
   CHECK(chordrt::heuristics::grouped_dynamic_smem({GroupedMode::kMasked, 7168, 2048, 12}, {16, 1, 3}) ==
         3 * 13312 + 4608 + 48 + 13 * 4 + 1024);
   // What program() asks the launch for.
-  CHECK(GroupedGemmFamily::program({0, 4096, 7168, 48, 128, 2, 4, 2}).dynamic_smem == contiguous);
-  CHECK(GroupedGemmFamily::program({0, 4096, 7168, 48, 128, 2, 4, 2}).threads == 384);
+  CHECK(GroupedGemmFamily::program({0, 4096, 7168, 48, 128, 2, 4, 2, 0}).dynamic_smem == contiguous);
+  CHECK(GroupedGemmFamily::program({0, 4096, 7168, 48, 128, 2, 4, 2, 0}).threads == 384);
   // Four consumers: four epilogue tiles, 640 threads. Contiguous block_m 64, 1 slice (256 rows), 3 stages,
   // 12 experts: a stage 64 x 128 = 8192 + 256 x 64 / 2 = 8192 + 2 x 256 x 2 = 1024 -> 17408; epilogue
   // 4 x 64 x (64 + 8) x 2 = 36864.
   const int64_t four = 3 * 17408 + 36864 + 48 + 13 * 4 + 1024;
   CHECK(chordrt::heuristics::grouped_dynamic_smem({GroupedMode::kContiguous, 7168, 2048, 12}, {64, 1, 3, 4}) == four);
-  CHECK(GroupedGemmFamily::program({0, 7168, 2048, 12, 64, 1, 3, 4}).dynamic_smem == four);
-  CHECK(GroupedGemmFamily::program({0, 7168, 2048, 12, 64, 1, 3, 4}).threads == 640);
+  CHECK(GroupedGemmFamily::program({0, 7168, 2048, 12, 64, 1, 3, 4, 0}).dynamic_smem == four);
+  CHECK(GroupedGemmFamily::program({0, 7168, 2048, 12, 64, 1, 3, 4, 0}).threads == 640);
 }
 
 TEST_CASE("grouped descriptors name the field, its range and the value", "[grouped]") {
@@ -168,28 +179,28 @@ TEST_CASE("grouped descriptors name the field, its range and the value", "[group
     return "";
   };
   CHECK_THAT(error_of([] {
-               GroupedGemmFamily::descriptor(kHopper, {0, 4096, 7168, 48, 264, 1, 4, 2});
+               GroupedGemmFamily::descriptor(kHopper, {0, 4096, 7168, 48, 264, 1, 4, 2, 0});
              }),
              Equals("grouped.gemm: block_m must be in [8, 256], got 264"));
   CHECK_THAT(error_of([] {
-               GroupedGemmFamily::descriptor(kHopper, {2, 4096, 7168, 48, 64, 1, 4, 2});
+               GroupedGemmFamily::descriptor(kHopper, {2, 4096, 7168, 48, 64, 1, 4, 2, 0});
              }),
              Equals("grouped.gemm: mode must be in [0, 1], got 2"));
   CHECK_THAT(error_of([] {
-               GroupedGemmFamily::descriptor(kHopper, {0, 4096, 7168, 2000, 64, 1, 4, 2});
+               GroupedGemmFamily::descriptor(kHopper, {0, 4096, 7168, 2000, 64, 1, 4, 2, 0});
              }),
              Equals("grouped.gemm: experts must be in [1, 1024], got 2000"));
   // In range but not a kernel: program() says which field.
   CHECK_THAT(error_of([] {
-               GroupedGemmFamily::program({0, 4096, 7168, 48, 12, 1, 4, 2});
+               GroupedGemmFamily::program({0, 4096, 7168, 48, 12, 1, 4, 2, 0});
              }),
              Equals("grouped.gemm: block_m must be a multiple of 8 in [8, 256], got 12"));
   CHECK_THAT(error_of([] {
-               GroupedGemmFamily::program({1, 4096, 7168 + 64, 48, 16, 1, 4, 2});
+               GroupedGemmFamily::program({1, 4096, 7168 + 64, 48, 16, 1, 4, 2, 0});
              }),
              Contains("k must be a positive multiple of 128"));
   // A descriptor reads back by field name.
-  const auto d = GroupedGemmFamily::descriptor(kHopper, {1, 4096, 7168, 48, 16, 2, 5, 2});
+  const auto d = GroupedGemmFamily::descriptor(kHopper, {1, 4096, 7168, 48, 16, 2, 5, 2, 0});
   CHECK(d.get("mode") == 1);
   CHECK(d.get("stages") == 5);
   CHECK(GroupedGemmFamily::key(d).block_m == 16);

@@ -124,6 +124,17 @@ TEST_CASE("every selected indexed config is a valid kernel", "[indexed]") {
   const auto long_k = chordrt::heuristics::select_indexed_prefill(ep_up, 32, 1024);
   CHECK(long_k.consumers == 2);
   CHECK(long_k.slices == 2);
+  CHECK(long_k.step_ring == 0);
+  // CHORD_INDEXED_CONFIG: the prefill kernel's fields but block_m, checked by the one config check.
+  const auto ring_key = chordrt::ops::indexed_prefill_key(ep_up, 32, 1024, kHopperFacts, "consumers=4,step_ring=1");
+  CHECK(ring_key.consumers == 4);
+  CHECK(ring_key.slices == 2);
+  CHECK(ring_key.step_ring == 1);
+  CHECK(ring_key.block_m == 32);
+  CHECK_THROWS_WITH(chordrt::ops::indexed_prefill_key(ep_up, 32, 1024, kHopperFacts, "block_m=64"),
+                    Contains("block_m is the routing's"));
+  CHECK_THROWS_WITH(chordrt::ops::indexed_prefill_key(ep_up, 32, 1024, kHopperFacts, "consumers=4"),
+                    Contains("registers"));
   for (int bm : {8, 16, 24, 32}) {
     const IndexedShape s{W4a16Layout::kMma, 4096, 7168, 48};
     const auto c = chordrt::heuristics::select_indexed_decode(s, bm);
@@ -148,19 +159,23 @@ TEST_CASE("every selected indexed config is a valid kernel", "[indexed]") {
     CHECK_THAT(std::string(e.what()), Contains("indexed.decode: block_m must be a multiple of 8 in [8, 32]"));
   }
   try {
-    IndexedPrefillFamily::program({4096 + 64, 7168, 48, 64, 1, 4, 2});
+    IndexedPrefillFamily::program({4096 + 64, 7168, 48, 64, 1, 4, 2, 0});
     FAIL("no error");
   } catch (const chordrt::Error& e) {
     CHECK_THAT(std::string(e.what()), Contains("indexed.prefill: n must be a positive multiple of 128"));
   }
   // The prefill is the grouped kernel in its gathering mode, BLOCK_K 64, in the contiguous mode's layout
   // (the gathering producers keep their rows' tokens in registers).
-  const auto p = IndexedPrefillFamily::program({4096, 7168, 48, 64, 2, 4, 2});
-  CHECK(p.name_expression == "chord::grouped::grouped_gemm_kernel<2, 4096, 7168, 48, 64, 2, 64, 4, 2>");
-  CHECK(p.dynamic_smem == chordrt::ops::GroupedGemmFamily::program({0, 4096, 7168, 48, 64, 2, 4, 2}).dynamic_smem);
-  const auto four = IndexedPrefillFamily::program({4096, 7168, 48, 32, 1, 8, 4});
-  CHECK(four.name_expression == "chord::grouped::grouped_gemm_kernel<2, 4096, 7168, 48, 32, 1, 64, 8, 4>");
+  const auto p = IndexedPrefillFamily::program({4096, 7168, 48, 64, 2, 4, 2, 0});
+  CHECK(p.name_expression == "chord::grouped::grouped_gemm_kernel<2, 4096, 7168, 48, 64, 2, 64, 4, 2, false>");
+  CHECK(p.dynamic_smem == chordrt::ops::GroupedGemmFamily::program({0, 4096, 7168, 48, 64, 2, 4, 2, 0}).dynamic_smem);
+  const auto four = IndexedPrefillFamily::program({4096, 7168, 48, 32, 1, 8, 4, 0});
+  CHECK(four.name_expression == "chord::grouped::grouped_gemm_kernel<2, 4096, 7168, 48, 32, 1, 64, 8, 4, false>");
   CHECK(four.threads == 640);
+  // The step ring: four consumers of two slices (512-row tiles) fit at block_m 32, as a K-block ring never does.
+  const auto ring = IndexedPrefillFamily::program({4096, 7168, 48, 32, 2, 6, 4, 1});
+  CHECK(ring.name_expression == "chord::grouped::grouped_gemm_kernel<2, 4096, 7168, 48, 32, 2, 64, 6, 4, true>");
+  CHECK_THROWS_WITH(IndexedPrefillFamily::program({4096, 7168, 48, 32, 2, 6, 4, 0}), Contains("registers"));
 }
 
 TEST_CASE("the routing check reports the first bad entry", "[indexed]") {

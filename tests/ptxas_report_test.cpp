@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <regex>
 #include <string>
+#include <tuple>
 
 #include "heuristics/dsa_indexer.hpp"
 #include "heuristics/sparse_mla.hpp"
@@ -98,5 +99,20 @@ TEST_CASE("ptxas: indexed decode fits its 4 CTAs per SM", "[nvrtc][ptxas]") {
       // ptxas): a known cost, bounded here so that a change that spills more is seen.
       CHECK(p.spill_bytes <= (block_m == 8 ? 0 : 48));
     }
+  }
+}
+
+TEST_CASE("ptxas: the step ring fits four consumers of two slices without spills", "[nvrtc][ptxas]") {
+  chordrt::test::TempDir t("ptxas-step-ring");
+  chordrt::JitRuntime rt(chordrt::test::options_for(t.path()));
+  using chordrt::ops::IndexedPrefillFamily;
+  // Kimi K2 EP8 and TP8, both projections, at block_m 32 (a K-block ring does not fit there: 2 x 2 x 4 x 4
+  // fragment registers per thread besides 32 accumulators, of the 104 four consumers get).
+  for (const auto& [n, k, experts] :
+       {std::tuple{4096, 7168, 48}, {7168, 2048, 48}, {512, 7168, 384}, {7168, 256, 384}}) {
+    const auto d = IndexedPrefillFamily::descriptor(kHopper, {n, k, experts, 32, 2, 6, 4, 1});
+    INFO(chordrt::jit::to_string(d));
+    const PtxasReport p = compiled_report(rt, d);
+    CHECK(p.spill_bytes == 0);
   }
 }

@@ -7,9 +7,13 @@
 // wgmma N, the activation tile read from shared memory by descriptor), so dequantized weights never go
 // back to shared memory. Per K block: issue the block's wgmmas and commit, then load and dequantize the
 // next block into the other register buffer while they run (wait<1> frees the older buffer and its ring
-// stage). Dequant is exact per element: 0x4300 | nibble is 128 + nibble in BF16, minus 136 gives q,
-// times the group's BF16 scale gives RN(q * s), the unfused BF16 rounding. FP32 accumulators; the
-// epilogue goes through shared memory to 16-byte row stores of the valid rows only.
+// stage). With STEP_RING the ring of fragment registers is one k16 step deep instead of one K block: the
+// block's packed words and scale pairs are read into registers once, and each step is dequantized while the
+// previous step's wgmmas run (a wait per step instead of per block, half the fragment registers: four
+// consumers of two slices fit their 104 registers at small block_m). Dequant is exact per element:
+// 0x4300 | nibble is 128 + nibble in BF16, minus 136 gives q, times the group's BF16 scale gives RN(q * s),
+// the unfused BF16 rounding. FP32 accumulators; the epilogue goes through shared memory to 16-byte row
+// stores of the valid rows only.
 //
 // Indexed mode (the W4A16 indexed family's prefill profile) gathers instead: the activation rows of a
 // tile are routes of vLLM's sorted routing, so all four producer warps copy them with cp.async (16 bytes
@@ -28,13 +32,15 @@
 
 namespace chord::grouped {
 
-// Names one of the two fragment register buffers at compile time (register arrays need constant indices).
+// A compile-time int: one of the two fragment register buffers, or a step count (register arrays need
+// constant indices).
 template <int V>
-struct Buffer {
+struct Const {
   static constexpr int value = V;
 };
 
-template <int MODE, int N, int K, int EXPERTS, int BM, int SLICES, int BLOCK_K, int STAGES, int CONSUMERS>
+template <int MODE, int N, int K, int EXPERTS, int BM, int SLICES, int BLOCK_K, int STAGES, int CONSUMERS,
+          bool STEP_RING>
 __global__ void __launch_bounds__(threads(CONSUMERS), 1)
     grouped_gemm_kernel(const __grid_constant__ TensorMap act_map, const uint32_t* __restrict__ packed,
                         const bf16* __restrict__ packed_scale, const int32_t* __restrict__ routing, int rows,
@@ -46,6 +52,7 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
   static_assert(BM % 8 == 0 && BM >= 8 && BM <= 256, "wgmma N is 8..256 in steps of 8");
   static_assert(N % kBlockN == 0 && K % BLOCK_K == 0, "shape must tile exactly");
   static_assert(valid_consumers(CONSUMERS), "2 or 4 consumer warpgroups");
+  static_assert(kSteps % 2 == 0, "the step ring starts every K block on fragment buffer 0");
   static_assert(EXPERTS >= 1 && EXPERTS <= Scheduler<MODE, BM, kNBlocks, EXPERTS>::kMaxGroups, "experts");
 
   extern __shared__ uint8_t smem_raw[];
@@ -160,7 +167,12 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
   bf16* epilogue = reinterpret_cast<bf16*>(smem + STAGES * Smem::kStageBytes) + consumer * BM * Smem::kEpiloguePitch;
 
   float acc[SLICES][Mma::kAccumulators];
-  uint32_t frag[2][SLICES][kSteps][4];
+  // Fragment buffers: a whole K block each, or with STEP_RING one k16 step each (the block's packed words
+  // and scale pairs then stay in registers and each step is dequantized while the previous one's wgmmas run).
+  constexpr int kFragSteps = STEP_RING ? 1 : kSteps;
+  uint32_t frag[2][SLICES][kFragSteps][4];
+  uint32_t words[SLICES][kSteps];              // STEP_RING: the current K block's words, one per k16 step
+  uint32_t scale_pairs[SLICES][kGroups][2];    // STEP_RING: its scales, rows g and g + 8, in both halves
   int it = 0;
 
   // Reads stage `s`'s words and scales for this thread and dequantizes them into frag[BUF].
@@ -192,9 +204,45 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
     }
   };
 
-  // Issues the wgmmas of stage `s` from frag[BUF] and commits them as one batch.
-  auto issue = [&](auto buf_tag, int s, bool first_block) {
+  // STEP_RING: reads stage `s`'s words and scales for this thread into registers (as load_and_dequant
+  // reads them; kept apart so that the K-block ring's SASS stays what was measured).
+  auto load_block = [&](int s) {
+    const uint8_t* w = smem + s * Smem::kStageBytes + Smem::kActBytes;
+    const bf16* sc = reinterpret_cast<const bf16*>(w + Smem::kWeightBytes);
+#pragma unroll
+    for (int j = 0; j < SLICES; ++j) {
+      const int slice = consumer * SLICES + j;
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c) {
+        const uint4 v = *reinterpret_cast<const uint4*>(w + slice * (kSliceRows * BLOCK_K / 2) +
+                                                        ((warp * kChunks + c) * 32 + lane) * 16);
+        words[j][4 * c + 0] = v.x;
+        words[j][4 * c + 1] = v.y;
+        words[j][4 * c + 2] = v.z;
+        words[j][4 * c + 3] = v.w;
+      }
+#pragma unroll
+      for (int gi = 0; gi < kGroups; ++gi) {
+        const bf16* group_scales = sc + gi * kBlockN + slice * kSliceRows + row_in_slice;
+        scale_pairs[j][gi][0] = bf16_pair(group_scales[0].bits);
+        scale_pairs[j][gi][1] = bf16_pair(group_scales[8].bits);
+      }
+    }
+  };
+  // STEP_RING: dequantizes k16 step `step` of the loaded block into frag[BUF].
+  auto dequant_step = [&](auto buf_tag, int step) {
     constexpr int BUF = decltype(buf_tag)::value;
+#pragma unroll
+    for (int j = 0; j < SLICES; ++j) {
+      const int gi = step * 16 / kGroup;
+      dequant_int4_word(words[j][step], scale_pairs[j][gi][0], scale_pairs[j][gi][1], frag[BUF][j][0]);
+    }
+  };
+
+  // Issues the wgmmas of k16 steps [first, first + kCount) of stage `s` from frag[BUF] (step first + i in
+  // frag[BUF][j][i]) and commits them as one batch; `accumulate` false zeroes the accumulators first.
+  auto issue = [&](auto buf_tag, auto count_tag, int s, int first, bool accumulate) {
+    constexpr int BUF = decltype(buf_tag)::value, kCount = decltype(count_tag)::value;
     const uint8_t* act = smem + s * Smem::kStageBytes;
 #pragma unroll
     for (int j = 0; j < SLICES; ++j) {
@@ -203,11 +251,12 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
     }
     wgmma_fence();
 #pragma unroll
-    for (int step = 0; step < kSteps; ++step) {
+    for (int i = 0; i < kCount; ++i) {
       // k16 step: 32 bytes into the 128-byte swizzled row of chunk step / 4.
+      const int step = first + i;
       const uint64_t desc = smem_desc_k_major_sw128(act + (step / 4) * Smem::kActChunkBytes) + ((step % 4) * 32 >> 4);
 #pragma unroll
-      for (int j = 0; j < SLICES; ++j) Mma::mma(acc[j], frag[BUF][j][step], desc, !(first_block && step == 0));
+      for (int j = 0; j < SLICES; ++j) Mma::mma(acc[j], frag[BUF][j][i], desc, accumulate || i > 0);
     }
     wgmma_commit();
 #pragma unroll
@@ -243,10 +292,11 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
     }
   };
   // Short K (TP down: 4 K blocks a tile) restarts the pipeline empty at every tile. With an even number of
-  // K blocks the main loop ends on buffer 1, so there the next tile's first K block is waited for, loaded
-  // and dequantized into buffer 0 under the tile's last wgmmas, before its epilogue (its ring stage is
-  // free by then: every older stage is released). Long K keeps the plain loop (H200, v5 in bench/NOTES.md).
-  constexpr bool kLookAhead = kKBlocks % 2 == 0 && kKBlocks <= kShortTileKBlocks;
+  // K blocks the main loop ends on buffer 1 (the step ring: always), so there the next tile's first K block
+  // (step) is waited for, loaded and dequantized into buffer 0 under the tile's last wgmmas, before its
+  // epilogue (its ring stage is free by then: every older stage is released). Long K keeps the plain loop
+  // (H200, v5 in bench/NOTES.md).
+  constexpr bool kLookAhead = (STEP_RING || kKBlocks % 2 == 0) && kKBlocks <= kShortTileKBlocks;
   constexpr int kVecPerRow = SLICES * kSliceRows / 8;
   constexpr int kStores = (BM * kVecPerRow + 127) / 128;  // 16-byte output stores per thread and tile
   int index = blockIdx.x;
@@ -269,32 +319,78 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
     bool look = false;  // the next tile's first K block is loaded during this one
     if (!ahead) {
       wait_full(it);
-      load_and_dequant(Buffer<0>{}, it % STAGES);
-    }
-    // Main loop over K blocks, two per iteration so the register buffer index is a constant.
-    for (int kb = 0; kb < kKBlocks; kb += 2) {
-      {
-        const int s = (it + kb) % STAGES;
-        issue(Buffer<0>{}, s, kb == 0);
-        if (kb + 1 < kKBlocks) wait_full(it + kb + 1);
-        wgmma_wait<1>();
-        if (kb > 0) release((it + kb - 1) % STAGES);
-        if (kb + 1 < kKBlocks) load_and_dequant(Buffer<1>{}, (it + kb + 1) % STAGES);
+      if constexpr (STEP_RING) {
+        load_block(it % STAGES);
+        dequant_step(Const<0>{}, 0);
+      } else {
+        load_and_dequant(Const<0>{}, it % STAGES);
       }
-      if (kb + 1 < kKBlocks) {
-        const int s = (it + kb + 1) % STAGES;
-        issue(Buffer<1>{}, s, false);
-        if (kb + 2 < kKBlocks) wait_full(it + kb + 2);
-        wgmma_wait<1>();
-        release((it + kb) % STAGES);
-        if (kb + 2 < kKBlocks) {
-          load_and_dequant(Buffer<0>{}, (it + kb + 2) % STAGES);
-        } else if constexpr (kLookAhead) {
+    }
+    if constexpr (STEP_RING) {
+      // The step ring's main loop body: issue k16 step `step` of K block kb from frag[BUF], then, once the
+      // previous step's batch is done (its buffer is the other one), dequantize the next step into it: this
+      // block's next, or at its last step the next K block's first (loaded from the ring first), the next
+      // tile's when kLookAhead. The tile's last block (LAST) ends with wait<0> when nothing follows: with a
+      // conditional wait<1> in the loop ptxas serialized every wgmma (C7514), and with wait<1> there and
+      // wait<0> after the loop it hoisted the epilogue's reads of the accumulators above the wait.
+      auto ring_step = [&](auto buf_tag, auto last_tag, int kb, int step) {
+        constexpr int BUF = decltype(buf_tag)::value;
+        issue(buf_tag, Const<1>{}, (it + kb) % STAGES, step, kb > 0 || step > 0);
+        if (step + 1 < kSteps) {
+          wgmma_wait<1>();
+          if (step == 0 && kb > 0) release((it + kb - 1) % STAGES);  // block kb - 1's last batch is done
+          dequant_step(Const<1 - BUF>{}, step + 1);
+          return;
+        }
+        bool more = !decltype(last_tag)::value;
+        if constexpr (kLookAhead && decltype(last_tag)::value) {
           skip_idle(next_index, next);
-          look = next_index < tiles;
-          if (look) {
-            wait_full(it + kKBlocks);
-            load_and_dequant(Buffer<0>{}, (it + kKBlocks) % STAGES);
+          look = more = next_index < tiles;
+        }
+        if (more) {
+          wait_full(it + kb + 1);
+          load_block((it + kb + 1) % STAGES);
+          wgmma_wait<1>();
+          dequant_step(Const<0>{}, 0);
+        } else {
+          wgmma_wait<0>();
+        }
+      };
+      auto ring_block = [&](auto last_tag, int kb) {
+#pragma unroll
+        for (int step = 0; step < kSteps; step += 2) {
+          ring_step(Const<0>{}, last_tag, kb, step);
+          ring_step(Const<1>{}, last_tag, kb, step + 1);
+        }
+      };
+      for (int kb = 0; kb + 1 < kKBlocks; ++kb) ring_block(Const<0>{}, kb);
+      ring_block(Const<1>{}, kKBlocks - 1);
+    } else {
+      // Main loop over K blocks, two per iteration so the register buffer index is a constant.
+      for (int kb = 0; kb < kKBlocks; kb += 2) {
+        {
+          const int s = (it + kb) % STAGES;
+          issue(Const<0>{}, Const<kSteps>{}, s, 0, kb > 0);
+          if (kb + 1 < kKBlocks) wait_full(it + kb + 1);
+          wgmma_wait<1>();
+          if (kb > 0) release((it + kb - 1) % STAGES);
+          if (kb + 1 < kKBlocks) load_and_dequant(Const<1>{}, (it + kb + 1) % STAGES);
+        }
+        if (kb + 1 < kKBlocks) {
+          const int s = (it + kb + 1) % STAGES;
+          issue(Const<1>{}, Const<kSteps>{}, s, 0, true);
+          if (kb + 2 < kKBlocks) wait_full(it + kb + 2);
+          wgmma_wait<1>();
+          release((it + kb) % STAGES);
+          if (kb + 2 < kKBlocks) {
+            load_and_dequant(Const<0>{}, (it + kb + 2) % STAGES);
+          } else if constexpr (kLookAhead) {
+            skip_idle(next_index, next);
+            look = next_index < tiles;
+            if (look) {
+              wait_full(it + kKBlocks);
+              load_and_dequant(Const<0>{}, (it + kKBlocks) % STAGES);
+            }
           }
         }
       }

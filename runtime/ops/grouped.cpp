@@ -65,15 +65,16 @@ KernelProgram grouped_gemm_program(std::string_view family, const GroupedShape& 
   KernelProgram p;
   p.header = "grouped/gemm.cuh";
   p.name_expression =
-      fmt::format("chord::grouped::grouped_gemm_kernel<{}, {}, {}, {}, {}, {}, {}, {}, {}>", static_cast<int>(s.mode),
-                  s.n, s.k, s.experts, c.block_m, c.slices, heuristics::grouped_block_k(s.mode), c.stages, c.consumers);
+      fmt::format("chord::grouped::grouped_gemm_kernel<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}>",
+                  static_cast<int>(s.mode), s.n, s.k, s.experts, c.block_m, c.slices,
+                  heuristics::grouped_block_k(s.mode), c.stages, c.consumers, c.step_ring ? "true" : "false");
   p.threads = g::threads(c.consumers);
   p.dynamic_smem = static_cast<uint32_t>(heuristics::grouped_dynamic_smem(s, c));
   return p;
 }
 
 KernelProgram GroupedGemmFamily::program(const GroupedGemmKey& k) {
-  return grouped_gemm_program(kName, shape_of(k), {k.block_m, k.slices, k.stages, k.consumers});
+  return grouped_gemm_program(kName, shape_of(k), {k.block_m, k.slices, k.stages, k.consumers, k.step_ring});
 }
 
 std::vector<GroupedGemmKey> GroupedGemmFamily::examples(const DeviceFacts& facts) {
@@ -105,7 +106,8 @@ GroupedGemmKey grouped_gemm_key(const GroupedShape& s, int64_t rows_hint, const 
           .block_m = c.block_m,
           .slices = c.slices,
           .stages = c.stages,
-          .consumers = c.consumers};
+          .consumers = c.consumers,
+          .step_ring = c.step_ring};
 }
 
 void grouped_contiguous(const chord_grouped_contiguous_args_t& a, CUstream stream) {

@@ -14,15 +14,15 @@
 
 namespace chordrt::ops {
 
-// The GEMM's template: MODE (a chord::grouped mode), N, K, EXPERTS, BM, SLICES, STAGES, CONSUMERS (BLOCK_K
-// follows from the mode). The indexed family's prefill is the same kernel in mode kIndexed
+// The GEMM's template: MODE (a chord::grouped mode), N, K, EXPERTS, BM, SLICES, STAGES, CONSUMERS, STEP_RING
+// (BLOCK_K follows from the mode). The indexed family's prefill is the same kernel in mode kIndexed
 // (IndexedPrefillFamily).
 struct GroupedGemmKey {
-  int mode, n, k, experts, block_m, slices, stages, consumers;
+  int mode, n, k, experts, block_m, slices, stages, consumers, step_ring;
 };
 struct GroupedGemmFamily : JitFamily<GroupedGemmFamily, GroupedGemmKey> {
   static constexpr std::string_view kName = "grouped.gemm";
-  static constexpr std::array<KeyField<GroupedGemmKey>, 8> kFields{{
+  static constexpr std::array<KeyField<GroupedGemmKey>, 9> kFields{{
       {"mode", &GroupedGemmKey::mode, chord::grouped::kContiguous, chord::grouped::kMasked},
       {"n", &GroupedGemmKey::n, chord::grouped::block_n(1, chord::grouped::kMinConsumers), chord::w4a16::kMaxDim},
       {"k", &GroupedGemmKey::k, chord::w4a16::block_k(chord::w4a16::Layout::kWgmmaK64), chord::w4a16::kMaxDim},
@@ -31,6 +31,7 @@ struct GroupedGemmFamily : JitFamily<GroupedGemmFamily, GroupedGemmKey> {
       {"slices", &GroupedGemmKey::slices, 1, chord::grouped::kMaxSlices},
       {"stages", &GroupedGemmKey::stages, chord::grouped::kMinStages, chord::grouped::kMaxStages},
       {"consumers", &GroupedGemmKey::consumers, chord::grouped::kMinConsumers, chord::grouped::kMaxConsumers},
+      {"step_ring", &GroupedGemmKey::step_ring, 0, 1},
   }};
   static KernelProgram program(const GroupedGemmKey& k);
   static std::vector<GroupedGemmKey> examples(const DeviceFacts& facts);

@@ -9,9 +9,11 @@
 
 #include "runtime/core/math.hpp"
 #include "runtime/driver.hpp"
+#include "runtime/env_config.hpp"
 #include "runtime/launch.hpp"
 #include "runtime/ops/glue.hpp"
 #include "runtime/ops/indexed_routing.hpp"
+#include "runtime/ops/resolve_config.hpp"
 #include "runtime/ops/validate.hpp"
 #include "runtime/ops/w4a16.hpp"
 
@@ -71,7 +73,7 @@ KernelProgram IndexedPrefillFamily::program(const IndexedPrefillKey& k) {
   if (const std::string why = heuristics::indexed_shape_error(s); !why.empty()) {
     throw_error(CHORD_ERROR_INVALID_ARGUMENT, "{}: {}", kName, why);
   }
-  return grouped_gemm_program(kName, gathering_shape(s), {k.block_m, k.slices, k.stages, k.consumers});
+  return grouped_gemm_program(kName, gathering_shape(s), {k.block_m, k.slices, k.stages, k.consumers, k.step_ring});
 }
 
 std::vector<IndexedPrefillKey> IndexedPrefillFamily::examples(const DeviceFacts& facts) {
@@ -103,12 +105,21 @@ std::vector<IndexedDecodeKey> IndexedDecodeFamily::examples(const DeviceFacts&) 
   return {indexed_decode_key(s, 8), indexed_decode_key(s, 24)};
 }
 
-IndexedPrefillKey indexed_prefill_key(const IndexedShape& s, int block_m, int64_t routes, const DeviceFacts& facts) {
-  const GroupedConfig c = heuristics::select_indexed_prefill(s, block_m, routes, facts);
-  if (const std::string why = heuristics::grouped_config_error(gathering_shape(s), c, facts); !why.empty()) {
+IndexedPrefillKey indexed_prefill_key(const IndexedShape& s, int block_m, int64_t routes, const DeviceFacts& facts,
+                                      std::string_view override_spec) {
+  const GroupedConfig selected = heuristics::select_indexed_prefill(s, block_m, routes, facts);
+  if (const std::string why = heuristics::grouped_config_error(gathering_shape(s), selected, facts); !why.empty()) {
     throw_error(CHORD_ERROR_INVALID_ARGUMENT, "indexed_gemm: block_m {} (layout WGMMA_K64): {}", block_m, why);
   }
-  return {static_cast<int>(s.n), static_cast<int>(s.k), s.experts, c.block_m, c.slices, c.stages, c.consumers};
+  const GroupedConfig c =
+      resolve_config("indexed_gemm", "CHORD_INDEXED_CONFIG", std::string(override_spec), selected,
+                     heuristics::apply_grouped_override, [&](const GroupedConfig& cfg) {
+                       if (cfg.block_m != block_m)
+                         return std::string("block_m is the routing's (the call's block_m), not a key here");
+                       return heuristics::grouped_config_error(gathering_shape(s), cfg, facts);
+                     });
+  return {
+      static_cast<int>(s.n), static_cast<int>(s.k), s.experts, c.block_m, c.slices, c.stages, c.consumers, c.step_ring};
 }
 
 IndexedDecodeKey indexed_decode_key(const IndexedShape& s, int block_m) {
@@ -189,9 +200,13 @@ void indexed_gemm(const chord_indexed_args_t& a, CUstream stream) {
                                       a.top_k,
                                       static_cast<int32_t>(routes),
                                       static_cast<int32_t>(capacity_blocks)};
+  if (layout == W4a16Layout::kWgmmaK64) {
+    check_override_syntax<GroupedConfig>(op, "CHORD_INDEXED_CONFIG", env_config().indexed_override,
+                                         heuristics::apply_grouped_override);
+  }
   const ContextState& ctx = JitRuntime::global().context_for(stream);
   if (layout == W4a16Layout::kWgmmaK64) {
-    const IndexedPrefillKey key = indexed_prefill_key(s, a.block_m, routes, ctx.facts);
+    const IndexedPrefillKey key = indexed_prefill_key(s, a.block_m, routes, ctx.facts, env_config().indexed_override);
     const LoadedKernel& kernel = IndexedPrefillFamily::kernel(key, ctx, stream);
     const chord::TensorMap unused_map{};  // the gathering mode loads activations itself
     const int32_t* no_rows = nullptr;

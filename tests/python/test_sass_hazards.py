@@ -95,13 +95,19 @@ def _small_descriptors():
                                               (0, 256, 576, 2, 64, 2, 4), (1, 4096, 7168, 48, 48, 2, 6),
                                               (0, 512, 256, 4, 128, 2, 6)]:
         fields = {"mode": mode, "n": n, "k": k, "experts": e, "block_m": bm, "slices": slices, "stages": stages,
-                  "consumers": 2}
+                  "consumers": 2, "step_ring": 0}
         out.append(json.dumps({"family": "grouped.gemm", "arch": "sm_90a", "fields": fields}))
-    # The gathering mode at K 256, and with four consumer warpgroups (short and long K).
-    for n, k, e, bm, slices, stages, consumers in [(7168, 256, 384, 96, 2, 7, 2), (4096, 7168, 48, 40, 1, 8, 4),
-                                                   (7168, 256, 384, 64, 1, 6, 4)]:
+    # The step ring (a wait per k16 step) in the masked mode.
+    fields = {"mode": 1, "n": 4096, "k": 7168, "experts": 48, "block_m": 16, "slices": 2, "stages": 3,
+              "consumers": 4, "step_ring": 1}
+    out.append(json.dumps({"family": "grouped.gemm", "arch": "sm_90a", "fields": fields}))
+    # The gathering mode at K 256, with four consumer warpgroups (short and long K), and the step ring's
+    # four consumers of two slices (short K: the next tile's first step loaded under the last wgmmas).
+    for n, k, e, bm, slices, stages, consumers, ring in [(7168, 256, 384, 96, 2, 7, 2, 0), (4096, 7168, 48, 40, 1, 8, 4, 0),
+                                                         (7168, 256, 384, 64, 1, 6, 4, 0), (4096, 7168, 48, 32, 2, 6, 4, 1),
+                                                         (7168, 256, 384, 24, 2, 6, 4, 1), (7168, 2048, 48, 64, 2, 6, 2, 1)]:
         fields = {"n": n, "k": k, "experts": e, "block_m": bm, "slices": slices, "stages": stages,
-                  "consumers": consumers}
+                  "consumers": consumers, "step_ring": ring}
         out.append(json.dumps({"family": "indexed.prefill", "arch": "sm_90a", "fields": fields}))
     return out
 
