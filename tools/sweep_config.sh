@@ -6,8 +6,11 @@
 #               counts; --quick, no baseline. e.g. tools/sweep_config.sh sparse_mla "$OUT" fp8/h8 "" stages=3
 #   dsa:        SELECT = HEADS:TOKENS of the logits points (64,128:64); no top-k, no baselines.
 #               e.g. tools/sweep_config.sh dsa "$OUT" 64,128:64 "" tma=0 stages=3
+#   indexed:    SELECT = prefill tokens (1024,2048) of the EP8 and TP8 prefill cases; --quick, no baseline,
+#               Humming beside the "" (heuristics) run only; CHORD_SWEEP_BLOCK_M=32 fixes the routing's block_m.
+#               e.g. tools/sweep_config.sh indexed "$OUT" 1024,2048 "" consumers=4,slices=2,step_ring=1
 set -uo pipefail
-usage="usage: tools/sweep_config.sh sparse_mla|dsa OUTDIR SELECT CONFIG..."
+usage="usage: tools/sweep_config.sh sparse_mla|dsa|indexed OUTDIR SELECT CONFIG..."
 family=${1:?$usage}
 out=${2:?$usage}
 select=${3:?$usage}
@@ -19,6 +22,9 @@ case "$family" in
     args=(--quick --no-baseline --cases "$select" ${CHORD_SWEEP_TOKENS:+--tokens "$CHORD_SWEEP_TOKENS"}) ;;
   dsa) var=CHORD_DSA_CONFIG
     args=(--no-baseline --heads "${select%%:*}" --tokens "${select##*:}" --topk-tokens "") ;;
+  indexed) var=CHORD_INDEXED_CONFIG
+    args=(--quick --no-baseline --cases EP8/prefill,TP8/prefill --tokens "$select"
+          ${CHORD_SWEEP_BLOCK_M:+--block-m "$CHORD_SWEEP_BLOCK_M"}) ;;
   *) echo "$usage" >&2; exit 2 ;;
 esac
 for cfg in "$@"; do
@@ -26,5 +32,6 @@ for cfg in "$@"; do
   echo "== $var=\"$cfg\""
   env "$var=$cfg" CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPATH="$PWD/tools/python" \
     timeout "${CHORD_STEP_LIMIT_S:-300}" python3 "bench/${family}_bench.py" "${args[@]}" \
+    $([ "$family" = indexed ] && [ -n "$cfg" ] && echo --no-peers) \
     --json "$out/sweep_${family}_$tag.json" 2>&1 | grep -v "^ceilings" | cut -c1-150
 done
