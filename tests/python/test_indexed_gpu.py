@@ -11,6 +11,9 @@ Skipped unless torch with a CUDA device of compute capability 9.x is available.
 
 from __future__ import annotations
 
+import textwrap
+from pathlib import Path
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -117,6 +120,30 @@ def run(layout, n, k, experts, tokens, top_k, block_m=None, global_experts=None,
     check(out, ref, local >= 0, label or f"{layout.name} N={n} K={k} E={experts}/{global_experts} T={tokens} "
           f"top_k={top_k} block_m={block_m} skew={skew}")
     return out, (a, w, sorted_ids, expert_ids, npp, top_k, block_m)
+
+
+# ---- CHORD_INDEXED_CONFIG: the step ring ---------------------------------------------------------------
+
+# The runtime reads its environment once per process: the forced kernel runs in a fresh interpreter, through
+# this module's run() (poisoned outputs, FP32 reference), at Kimi K2 EP8 and TP8 with block_m 32.
+STEP_RING_CHILD = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, {tests!r})
+    import test_indexed_gpu as t
+    for proj in ("gate_up", "down"):
+        for shapes, tokens in ((t.KIMI_EP8, 1024), (t.KIMI_TP8, 256)):
+            n, k, e = shapes[proj]
+            t.run(t.WGMMA, n, k, e, tokens, 8, block_m=32, global_experts=t.GLOBAL, seed=tokens + n)
+    print('{{"ok": true}}')
+    """
+)
+
+
+def test_step_ring_with_four_consumers_of_two_slices_matches_the_reference(python_runner):
+    code = STEP_RING_CHILD.format(tests=str(Path(__file__).resolve().parent))
+    proc = python_runner(code, timeout=600, CHORD_INDEXED_CONFIG="consumers=4,slices=2,step_ring=1")
+    assert proc.result == {"ok": True}, proc.stdout + proc.stderr
 
 
 # ---- both layouts on small odd shapes ----------------------------------------------------------------------
