@@ -29,9 +29,11 @@ case "$family" in
 esac
 for cfg in "$@"; do
   tag=$(echo "${cfg:-default}" | tr ',=/' '_-_')
+  peers=()  # the indexed bench's Humming column: once, beside the heuristics' run
+  [ "$family" = indexed ] && [ -n "$cfg" ] && peers=(--no-peers)
   echo "== $var=\"$cfg\""
   env "$var=$cfg" CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPATH="$PWD/tools/python" \
     timeout "${CHORD_STEP_LIMIT_S:-300}" python3 "bench/${family}_bench.py" "${args[@]}" \
-    $([ "$family" = indexed ] && [ -n "$cfg" ] && echo --no-peers) \
+    "${peers[@]}" \
     --json "$out/sweep_${family}_$tag.json" 2>&1 | grep -v "^ceilings" | cut -c1-150
 done

@@ -171,8 +171,8 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
   // and scale pairs then stay in registers and each step is dequantized while the previous one's wgmmas run).
   constexpr int kFragSteps = STEP_RING ? 1 : kSteps;
   uint32_t frag[2][SLICES][kFragSteps][4];
-  uint32_t words[SLICES][kSteps];              // STEP_RING: the current K block's words, one per k16 step
-  uint32_t scale_pairs[SLICES][kGroups][2];    // STEP_RING: its scales, rows g and g + 8, in both halves
+  uint32_t ring_words[SLICES][kSteps];       // STEP_RING: the current K block's words, one per k16 step
+  uint32_t ring_scales[SLICES][kGroups][2];  // STEP_RING: its scales, rows g and g + 8, in both halves
   int it = 0;
 
   // Reads stage `s`'s words and scales for this thread and dequantizes them into frag[BUF].
@@ -216,16 +216,16 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
       for (int c = 0; c < kChunks; ++c) {
         const uint4 v = *reinterpret_cast<const uint4*>(w + slice * (kSliceRows * BLOCK_K / 2) +
                                                         ((warp * kChunks + c) * 32 + lane) * 16);
-        words[j][4 * c + 0] = v.x;
-        words[j][4 * c + 1] = v.y;
-        words[j][4 * c + 2] = v.z;
-        words[j][4 * c + 3] = v.w;
+        ring_words[j][4 * c + 0] = v.x;
+        ring_words[j][4 * c + 1] = v.y;
+        ring_words[j][4 * c + 2] = v.z;
+        ring_words[j][4 * c + 3] = v.w;
       }
 #pragma unroll
       for (int gi = 0; gi < kGroups; ++gi) {
         const bf16* group_scales = sc + gi * kBlockN + slice * kSliceRows + row_in_slice;
-        scale_pairs[j][gi][0] = bf16_pair(group_scales[0].bits);
-        scale_pairs[j][gi][1] = bf16_pair(group_scales[8].bits);
+        ring_scales[j][gi][0] = bf16_pair(group_scales[0].bits);
+        ring_scales[j][gi][1] = bf16_pair(group_scales[8].bits);
       }
     }
   };
@@ -235,7 +235,7 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
 #pragma unroll
     for (int j = 0; j < SLICES; ++j) {
       const int gi = step * 16 / kGroup;
-      dequant_int4_word(words[j][step], scale_pairs[j][gi][0], scale_pairs[j][gi][1], frag[BUF][j][0]);
+      dequant_int4_word(ring_words[j][step], ring_scales[j][gi][0], ring_scales[j][gi][1], frag[BUF][j][0]);
     }
   };
 
