@@ -32,7 +32,7 @@ for cfg in "$@"; do
   peers=()  # the indexed bench's Humming column: once, beside the heuristics' run
   [ "$family" = indexed ] && [ -n "$cfg" ] && peers=(--no-peers)
   echo "== $var=\"$cfg\""
-  env "$var=$cfg" CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPATH="$PWD/tools/python" \
+  env "$var=$cfg" CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPATH="$PWD/tools/python${PYTHONPATH:+:$PYTHONPATH}" \
     timeout "${CHORD_STEP_LIMIT_S:-300}" python3 "bench/${family}_bench.py" "${args[@]}" \
     "${peers[@]}" \
     --json "$out/sweep_${family}_$tag.json" 2>&1 | grep -v "^ceilings" | cut -c1-150

@@ -11,7 +11,7 @@ build=${CHORD_GPU_BUILD_DIR:-build-gpu}
 for v in "$@"; do
   echo "== variant ${v:-heuristics}"
   tag=$(echo "${shape}_${formats}_${v:-heuristics}" | tr -c 'A-Za-z0-9_\n' '_')
-  env CHORD_WARP_DECODE_CONFIG="$v" CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPATH="$PWD/tools/python:$PWD/bench" \
+  env CHORD_WARP_DECODE_CONFIG="$v" CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPATH="$PWD/tools/python:$PWD/bench${PYTHONPATH:+:$PYTHONPATH}" \
     python3 bench/warp_decode_bench.py --json "$out/sweep_$tag.json" --shapes "$shape" --formats "$formats" \
     --tokens "$tokens" 2>&1 | grep -E "us " | cut -c1-60
 done
