@@ -56,10 +56,10 @@ step build cmake --build "$build" -j "$(nproc)"
 step gpu_tests "$build/tests/chordrt_tests" "[gpu]" --reporter compact --durations yes
 step cpu_tests "$build/tests/chordrt_tests" "~[gpu]" --reporter compact
 step pytest env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" CHORD_JIT="$PWD/$build/chord-jit" \
-  PYTHONPATH="$PWD/tools/python" python3 -m pytest -q ${CHORD_PYTEST_ARGS:-tests/python --ignore=tests/python/test_two_gpus.py} -rs
+  PYTHONPATH="$PWD/tools/python${PYTHONPATH:+:$PYTHONPATH}" python3 -m pytest -q ${CHORD_PYTEST_ARGS:-tests/python --ignore=tests/python/test_two_gpus.py} -rs
 # With two GPUs: EP2 over NCCL, one process on two devices, two processes sharing a cache.
 if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
-  step two_gpu env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPATH="$PWD/tools/python" NCCL_NVLS_ENABLE=0 \
+  step two_gpu env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPATH="$PWD/tools/python${PYTHONPATH:+:$PYTHONPATH}" NCCL_NVLS_ENABLE=0 \
     TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 python3 -m pytest -q -s -rs tests/python/test_two_gpus.py
 fi
 plan_dir=$out/racecheck_plan  # CHORD_GPU_RACECHECK_PLAN: launch logs, records, plan.json, test lists
@@ -89,7 +89,7 @@ sanitize() {  # sanitize TOOL TARGET [SHARD]: catch2, a pytest file, or shard i 
       [ -n "$shard" ] && mapfile -t tests < <(awk -v n="$shards" -v i="$shard" 'NR % n == i' "$out/tests_$(basename "$target" .py).txt")
     fi
     [ ${#tests[@]} -gt 0 ] || return 0  # an empty shard (or nothing collected): no step
-    cmd=(env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPATH="$PWD/tools/python" python3 -m pytest
+    cmd=(env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPATH="$PWD/tools/python${PYTHONPATH:+:$PYTHONPATH}" python3 -m pytest
       "${flags[@]}" "${tests[@]}")
   fi
   # racecheck does not see the happens-before that an mbarrier's complete_tx gives a raw cp.async.bulk
@@ -110,7 +110,7 @@ if [ "${CHORD_GPU_SANITIZE:-0}" = 1 ]; then
   shards=${CHORD_SANITIZE_SHARDS:-1}
   "$build/tests/chordrt_tests" --list-test-names-only "[gpu]" | grep -v '^$' >"$out/tests_catch2.txt"
   for f in tests/python/test_*_gpu.py; do
-    env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPATH="$PWD/tools/python" \
+    env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPATH="$PWD/tools/python${PYTHONPATH:+:$PYTHONPATH}" \
       python3 -m pytest --collect-only -q "$f" 2>/dev/null | grep '::' >"$out/tests_$(basename "$f" .py).txt"
   done
   for tool in ${CHORD_SANITIZE_TOOLS:-memcheck racecheck}; do
@@ -135,7 +135,7 @@ if [ "${CHORD_GPU_RACECHECK_PLAN:-0}" = 1 ]; then
   if [ -n "${CHORD_RACECHECK_RECORDS:-}" ]; then  # a same-commit run's records: no record step
     cp "$CHORD_RACECHECK_RECORDS"/*.tests.jsonl "$plan_dir"/
   else
-    step launch_records env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPATH="$PWD/tools/python" \
+    step launch_records env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPATH="$PWD/tools/python${PYTHONPATH:+:$PYTHONPATH}" \
       python3 tools/racecheck_plan.py record --catch2 "$build/tests/chordrt_tests" --out "$plan_dir" \
       --deadline-s "$((${CHORD_STEP_LIMIT_S:-400} - 30))" tests/python/test_*_gpu.py
   fi
@@ -168,20 +168,20 @@ done' "$build"
 export CHORD_JIT_STRICT=1 CHORD_RECORD_MISSES="$out/strict_misses.jsonl"
 step host_bench "$build/bench/chord_host_bench" --json "$out/host_bench.json"
 if [ -f bench/glue_bench.py ]; then
-  step glue_bench env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPATH="$PWD/tools/python" \
+  step glue_bench env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPATH="$PWD/tools/python${PYTHONPATH:+:$PYTHONPATH}" \
     python3 bench/glue_bench.py --json "$out/glue_bench.json"
 fi
-step warp_decode_bench env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPATH="$PWD/tools/python" \
+step warp_decode_bench env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPATH="$PWD/tools/python${PYTHONPATH:+:$PYTHONPATH}" \
   python3 bench/warp_decode_bench.py --json "$out/warp_decode_bench.json" ${CHORD_BENCH_ARGS:-}
-step grouped_bench env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPATH="$PWD/tools/python" \
+step grouped_bench env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPATH="$PWD/tools/python${PYTHONPATH:+:$PYTHONPATH}" \
   python3 bench/grouped_bench.py --json "$out/grouped_bench.json" ${CHORD_GROUPED_BENCH_ARGS:-}
-step indexed_bench env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPATH="$PWD/tools/python" \
+step indexed_bench env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPATH="$PWD/tools/python${PYTHONPATH:+:$PYTHONPATH}" \
   python3 bench/indexed_bench.py --json "$out/indexed_bench.json" ${CHORD_INDEXED_BENCH_ARGS:-}
-step decode_crossover_bench env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPATH="$PWD/tools/python" \
+step decode_crossover_bench env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPATH="$PWD/tools/python${PYTHONPATH:+:$PYTHONPATH}" \
   python3 bench/decode_crossover_bench.py --json "$out/decode_crossover_bench.json" ${CHORD_CROSSOVER_BENCH_ARGS:-}
-step sparse_mla_bench env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPATH="$PWD/tools/python" \
+step sparse_mla_bench env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPATH="$PWD/tools/python${PYTHONPATH:+:$PYTHONPATH}" \
   python3 bench/sparse_mla_bench.py --json "$out/sparse_mla_bench.json" ${CHORD_MLA_BENCH_ARGS:-}
-step dsa_bench env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPATH="$PWD/tools/python" \
+step dsa_bench env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPATH="$PWD/tools/python${PYTHONPATH:+:$PYTHONPATH}" \
   python3 bench/dsa_bench.py --json "$out/dsa_bench.json" ${CHORD_DSA_BENCH_ARGS:-}
 unset CHORD_JIT_STRICT CHORD_RECORD_MISSES
 step strict_misses bash -c "wc -l <'$out/strict_misses.jsonl'; head -n 20 '$out/strict_misses.jsonl'; ! test -s '$out/strict_misses.jsonl'"
