@@ -12,6 +12,12 @@ __device__ __forceinline__ void named_barrier(uint32_t id, uint32_t threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
+// Arrives on a named barrier without waiting: the producer half of a hand-off whose consumers bar.sync
+// (`threads` counts both sides); orders this thread's earlier shared-memory writes before their reads.
+__device__ __forceinline__ void named_barrier_arrive(uint32_t id, uint32_t threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
 template <uint32_t REGISTERS>
 __device__ __forceinline__ void set_max_registers_increase() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(REGISTERS));

@@ -1,17 +1,19 @@
 // Sparse MLA decode on wgmma for fp8_ds_mla caches, 64 heads a CTA (heads on wgmma's M): one query
 // token, one head group of 64, a contiguous range of the top-k (split-K as in decode.cuh, merged by
-// combine.cuh). A producer warp gathers 32-key blocks (one bulk copy per record) into a three-deep raw
-// ring; two consumer warpgroups each own 256 of the 512 output dims (O: 64 x 256 FP32 in registers),
-// which are also the dims of S = Q K^T each computes (tiles 2c, 2c+1 and half the RoPE dims), so each
-// converts only its own half of every block, into its own part of a two-deep key ring, while the
-// tensor cores run its S of the block before (no hand-off between warpgroups but the S halves):
-//  - conversion: E4M3 as F16 (exact), RoPE dims copied as BF16, invalid keys as zeros, the keys' tile
-//    scales and per-warp tile maxima beside them;
-//  - S: one accumulator per tile, so each key's tile scale multiplies its column in FP32; the two halves
-//    meet in shared memory, both consumers run the same online softmax;
-//  - O += P' V per tile (V: the same converted key bytes read MN-major), P' = P x key scale / the block's
-//    largest scale of the tile (F16 in [-1, 1]) in registers as wgmma's A; that largest scale goes into
-//    O's rescale, as the max does.
+// combine.cuh). Three roles, so that S of block i + 1 runs on the tensor cores under the softmax and P.V
+// of block i instead of after them:
+//  - a producer warp gathers 32-key blocks (one bulk copy per record) into a three-deep raw ring;
+//  - consumer 1 converts every block into a two-deep key ring (E4M3 as F16, exact; RoPE dims copied as
+//    BF16; invalid keys as zeros; the keys' tile scales and per-warp tile maxima beside them), loading a
+//    block's raw bytes under its P.V and storing them once both consumers are done with the stage;
+//  - consumer 0 computes S over all 576 dims: the four NoPE tiles alternate between two accumulators,
+//    each folded with its keys' tile scales (FP32, exact products) while the next tile runs; then the
+//    online softmax, whose P (FP32) and rescales go to consumer 1 through shared memory; it issues S of
+//    the next block right behind its own P.V.
+// Each consumer owns 256 output dims (O: 64 x 256 FP32 in registers) and runs O += P' V per 128-dim tile
+// (V: the converted key bytes read MN-major), P' = P x key scale / the tile's unit (F16) as wgmma's A
+// from registers; the unit (a power of two, moved when a block's largest scale leaves [unit / 2^8,
+// unit]) goes into O's rescale, as the running max does; both move rarely, so most blocks skip it.
 // Every product is exact, as in decode.cuh: Q's NoPE dims are F16 scaled per head by a power of two (max
 // |q| in [2^14, 2^15)), exact for BF16 q; F16 holds every E4M3 value.
 #pragma once
@@ -32,6 +34,9 @@ constexpr uint32_t kProducerRegisters = 40;
 constexpr uint32_t kConsumerRegisters = 232;
 constexpr int kQColBytes = kWgmmaHeads * kWgmmaColBytes;        // one column block of Q
 constexpr int kKeyColBytes = kWgmmaBlockKeys * kWgmmaColBytes;  // one column block of a key block
+// Named barriers between the consumers (0 is __syncthreads): P of a block written / read, final stats.
+constexpr uint32_t kProbsFull = 2, kProbsEmpty = 3, kStatsReady = 4;
+constexpr float kStaleMax = 8.f;  // log2 units: how far S may exceed the running max before it moves
 
 // Byte offset of 16-byte chunk `chunk` (0-7) of row `row` inside a swizzled column block.
 __device__ __forceinline__ int swizzled(int row, int chunk) {
@@ -54,15 +59,21 @@ __global__ void __launch_bounds__(kWgmmaWarps * 32, 1) sparse_mla_decode_wgmma_k
   uint8_t* q_s = smem + S.q;
   uint8_t* keys_s = smem + S.keys;
   uint8_t* raw_s = smem + S.raw;
-  float4* xchg_s = reinterpret_cast<float4*>(smem + S.xchg);
+  float4* probs_s = reinterpret_cast<float4*>(smem + S.probs);
+  float4* stats_s = reinterpret_cast<float4*>(smem + S.stats);
   float* key_scale_s = reinterpret_cast<float*>(smem + S.key_scale);
   float* tile_part_s = reinterpret_cast<float*>(smem + S.tile_part);
+  uint32_t* key_mask_s = reinterpret_cast<uint32_t*>(smem + S.key_mask);
   uint32_t* raw_mask_s = reinterpret_cast<uint32_t*>(smem + S.raw_mask);
   float* inv_pre_s = reinterpret_cast<float*>(smem + S.inv_pre);
   uint64_t* raw_full = reinterpret_cast<uint64_t*>(smem + S.bars);
   uint64_t* raw_empty = raw_full + RS;
+  uint64_t* converted = raw_empty + RS;  // [2]: consumer 1 stored a block into the key stage
+  uint64_t* stage_free = converted + 2;  // [2]: consumer 0's S and P.V of the stage's block are done
 
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  // The warp index through a shuffle, so that ptxas sees the role branches as warp-uniform (wgmma in a
+  // branch it thinks divergent is serialized).
+  const int warp = __shfl_sync(~0u, static_cast<int>(threadIdx.x / 32), 0), lane = threadIdx.x % 32;
   const int head0 = (blockIdx.x % (H / kWgmmaHeads)) * kWgmmaHeads;
   const int split = blockIdx.x / (H / kWgmmaHeads);
   const int64_t t = blockIdx.y;
@@ -79,7 +90,11 @@ __global__ void __launch_bounds__(kWgmmaWarps * 32, 1) sparse_mla_decode_wgmma_k
   if (threadIdx.x == 0) {
     for (int s = 0; s < RS; ++s) {
       mbarrier_init(&raw_full[s], kWgmmaBlockKeys);  // the gathering lanes
-      mbarrier_init(&raw_empty[s], 256);             // every consumer thread has converted its part
+      mbarrier_init(&raw_empty[s], 128);             // consumer 1 has read the stage
+    }
+    for (int s = 0; s < 2; ++s) {
+      mbarrier_init(&converted[s], 128);
+      mbarrier_init(&stage_free[s], 128);
     }
     fence_barrier_init();
   }
@@ -133,7 +148,7 @@ __global__ void __launch_bounds__(kWgmmaWarps * 32, 1) sparse_mla_decode_wgmma_k
   __syncthreads();
 
   if (warp < 4) {
-    // ================= producer: warp 0 refills each raw stage once both consumers converted it =========
+    // ================= producer: warp 0 refills each raw stage once consumer 1 has read it =========
     set_max_registers_decrease<kProducerRegisters>();
     if (warp != 0) return;
     for (int i = RS; i < nblocks; ++i) {
@@ -149,183 +164,52 @@ __global__ void __launch_bounds__(kWgmmaWarps * 32, 1) sparse_mla_decode_wgmma_k
   const int lt = threadIdx.x - 128 * (cw + 1);  // 0..127
   const int g = lane / 4, c = lane % 4;
   const int r0 = 16 * (warp % 4) + g, r1 = r0 + 8;  // this thread's heads (rows of every accumulator)
-  const float inv_pre[2] = {inv_pre_s[r0], inv_pre_s[r1]};
-
-  // Conversion role: key lt / 4, 64 dims: column block 4 cw + lt % 4 (tile 2 cw + (lt % 4) / 2); RoPE
-  // chunk 4 cw + lt % 4 (this consumer's 32 RoPE dims).
-  const int ckey = lt / 4, cpart = lt % 4, ctile = 2 * cw + cpart / 2;
-  uint32_t mask0 = 0u, mask1 = 0u;  // valid keys of the blocks in key stages 0 and 1
-  auto convert = [&](int j) {       // block j -> key stage j & 1 (this consumer's part)
-    const int rs = j % RS, ks = j & 1;
-    mbarrier_wait(&raw_full[rs], (j / RS) & 1);
-    const uint32_t mask = raw_mask_s[rs];
-    if (ks) {
-      mask1 = mask;
-    } else {
-      mask0 = mask;
-    }
-    const bool valid = (mask >> ckey) & 1u;
-    const uint8_t* rec = raw_s + (rs * kWgmmaBlockKeys + ckey) * R.bytes;
-    uint8_t* kst = keys_s + ks * S.key_stage_bytes;
-    uint8_t* col = kst + (4 * cw + cpart) * kKeyColBytes;
-    uint4 x[4];
-#pragma unroll
-    for (int q = 0; q < 4; ++q) x[q] = *reinterpret_cast<const uint4*>(rec + 64 * (4 * cw + cpart) + 16 * q);
-    uint4 rope = make_uint4(0, 0, 0, 0);
-    if constexpr (ROPE > 0) rope = *reinterpret_cast<const uint4*>(rec + R.rope_offset + 16 * (4 * cw + cpart));
-    const float sc = valid ? *reinterpret_cast<const float*>(rec + R.scale_offset + 4 * ctile) : 0.f;
-    mbarrier_arrive(&raw_empty[rs]);  // this thread's reads of the stage are done
-    const uint4 z = make_uint4(0, 0, 0, 0);
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      uint32_t hv[8];
-      e4m3x4_to_f16x2(x[q].x, hv[0], hv[1]);
-      e4m3x4_to_f16x2(x[q].y, hv[2], hv[3]);
-      e4m3x4_to_f16x2(x[q].z, hv[4], hv[5]);
-      e4m3x4_to_f16x2(x[q].w, hv[6], hv[7]);
-      *reinterpret_cast<uint4*>(col + swizzled(ckey, 2 * q)) = valid ? make_uint4(hv[0], hv[1], hv[2], hv[3]) : z;
-      *reinterpret_cast<uint4*>(col + swizzled(ckey, 2 * q + 1)) = valid ? make_uint4(hv[4], hv[5], hv[6], hv[7]) : z;
-    }
-    if constexpr (ROPE > 0) {
-      *reinterpret_cast<uint4*>(kst + kNope * kKeyColBytes + swizzled(ckey, 4 * cw + cpart)) = valid ? rope : z;
-    }
-    // Key scales (one thread of each key and tile) and the warp's largest per tile (8 keys).
-    if ((cpart & 1) == 0) key_scale_s[(ks * kTiles + ctile) * kWgmmaBlockKeys + ckey] = sc;
-    float m = fabsf(sc);
-    m = fmaxf(m, __shfl_xor_sync(~0u, m, 4));
-    m = fmaxf(m, __shfl_xor_sync(~0u, m, 8));
-    m = fmaxf(m, __shfl_xor_sync(~0u, m, 16));
-    if (lane == 0 || lane == 2) tile_part_s[(ks * kTiles + ctile) * 4 + warp % 4] = m;
-    fence_proxy_async();  // the converted block is read by wgmma
-  };
+  constexpr uint64_t kQCol = kQColBytes >> 4, kKCol = kKeyColBytes >> 4;
 
   float o[2][64];  // per owned tile: dims 256 cw + 128 t2 + 8 (n / 4) + 2c + (n % 2), rows r0 / r1 by (n / 2) % 2
 #pragma unroll
   for (int n = 0; n < 64; ++n) o[0][n] = o[1][n] = 0.f;
-  float m_run[2] = {-inf_f32(), -inf_f32()}, l_run[2] = {0.f, 0.f};
-  float unit[2] = {1.f, 1.f};  // O's current unit per owned tile (the last block's tile max)
+  float unit[2] = {0.f, 0.f};  // O's unit per owned tile: a power of two, moved rarely (issue_pv)
   uint32_t pa[2][2][4];        // [tile][k16 step]: P x key scale / tile max as wgmma A fragments
 
-  const uint64_t q_desc = smem_desc_k_major_sw128(q_s);
-  if (nblocks > 0) convert(0);
-  for (int i = 0; i < nblocks; ++i) {
-    const int ks = i & 1;
-    named_barrier(3 + cw, 128);  // this consumer's part of block i is converted
-    uint8_t* kst = keys_s + ks * S.key_stage_bytes;
-    const uint64_t k_desc = smem_desc_k_major_sw128(kst);
-    constexpr uint64_t kQCol = kQColBytes >> 4, kKCol = kKeyColBytes >> 4;
-
-    // ---- S (this consumer's dims): one accumulator per tile, one for its RoPE half ----
-    float acc[2][16], accr[16];
-#pragma unroll
-    for (int n = 0; n < 16; ++n) acc[0][n] = acc[1][n] = accr[n] = 0.f;
-    wgmma_fence();
+  // O = O x f + P' V over this consumer's two tiles of key stage ks; sp: this thread's P (FP32, keys
+  // 8 (n / 4) + 2c + (n % 2) of rows r0 / r1 by (n / 2) % 2), alpha: the rows' max rescale. The tile
+  // units move by powers of two, only when a block's scales leave [unit / 2^8, unit], and the running
+  // max only in steps of > kStaleMax, so most blocks skip O's rescale (128 multiplies a thread).
+  auto issue_pv = [&](int ks, const float (&sp)[16], const float (&alpha)[2]) {
+    const float* part = tile_part_s + (ks * kTiles + 2 * cw) * 4;
+    float nu[2];
+    bool rescale = alpha[0] != 1.f || alpha[1] != 1.f;
 #pragma unroll
     for (int t2 = 0; t2 < 2; ++t2) {
-#pragma unroll
-      for (int kk = 0; kk < 8; ++kk) {
-        const int cb = 2 * (2 * cw + t2) + kk / 4;
-        WgmmaSs16<32, false>::mma(acc[t2], q_desc + cb * kQCol + 2 * (kk % 4), k_desc + cb * kKCol + 2 * (kk % 4),
-                                  kk > 0);
-      }
-    }
-    if constexpr (ROPE > 0) {
-#pragma unroll
-      for (int kk = 0; kk < 2; ++kk) {
-        const int step = 2 * cw + kk;
-        WgmmaSs16<32, true>::mma(accr, q_desc + kNope * kQCol + 2 * step, k_desc + kNope * kKCol + 2 * step, kk > 0);
-      }
-    }
-    wgmma_commit();
-    // The next block's conversion runs while the tensor cores compute S (its key stage was last read by
-    // this consumer's P.V of block i - 1, complete).
-    if (i + 1 < nblocks) convert(i + 1);
-    wgmma_wait<0>();
-#pragma unroll
-    for (int n = 0; n < 16; ++n) fence_operand(acc[0][n]), fence_operand(acc[1][n]), fence_operand(accr[n]);
-
-    const float* part = tile_part_s + ks * kTiles * 4;
-    const float u0 = fmaxf(fmaxf(part[8 * cw], part[8 * cw + 1]), fmaxf(part[8 * cw + 2], part[8 * cw + 3]));
-    const float u1 = fmaxf(fmaxf(part[8 * cw + 4], part[8 * cw + 5]), fmaxf(part[8 * cw + 6], part[8 * cw + 7]));
-    const uint32_t mask = ks ? mask1 : mask0;
-    // This thread's keys 8q + 2c + b: their scales of the two owned tiles.
-    float sc[2][8];
-#pragma unroll
-    for (int t2 = 0; t2 < 2; ++t2) {
+      const float u = fmaxf(fmaxf(part[4 * t2], part[4 * t2 + 1]), fmaxf(part[4 * t2 + 2], part[4 * t2 + 3]));
+      // The block's largest scale rounded up to a power of two replaces the unit when above it, or when
+      // 2^8 below it (so that a single large scale cannot push later blocks' P' into F16 underflow); a
+      // block without a nonzero scale adds nothing and keeps it.
+      const float want = __int_as_float((__float_as_int(u) + 0x007fffff) & 0x7f800000);
+      nu[t2] = u > 0.f && (want > unit[t2] || want * 256.f < unit[t2]) ? want : unit[t2];
+      rescale |= nu[t2] != unit[t2];
+      const float inv_u = nu[t2] > 0.f ? 1.f / nu[t2] : 0.f;
+      const float* scale = key_scale_s + (ks * kTiles + 2 * cw + t2) * kWgmmaBlockKeys;
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
-        const float2 v = *reinterpret_cast<const float2*>(key_scale_s + (ks * kTiles + 2 * cw + t2) * kWgmmaBlockKeys +
-                                                          8 * q + 2 * c);
-        sc[t2][2 * q] = v.x, sc[t2][2 * q + 1] = v.y;
+        const float2 sc = *reinterpret_cast<const float2*>(scale + 8 * q + 2 * c);
+        const float a = sc.x * inv_u, b = sc.y * inv_u;
+        pa[t2][q / 2][2 * (q % 2)] = pack_f16x2(sp[4 * q] * a, sp[4 * q + 1] * b);
+        pa[t2][q / 2][2 * (q % 2) + 1] = pack_f16x2(sp[4 * q + 2] * a, sp[4 * q + 3] * b);
       }
     }
-    float sp[16];
+    if (__any_sync(~0u, rescale)) {
 #pragma unroll
-    for (int n = 0; n < 16; ++n) {
-      const int kq = 2 * (n >> 2) + (n & 1);
-      sp[n] = fmaf(inv_pre[(n >> 1) & 1], fmaf(sc[0][kq], acc[0][n], sc[1][kq] * acc[1][n]), ROPE > 0 ? accr[n] : 0.f);
-    }
-    // The two halves meet: each consumer writes its partial, both read the other's (same sum either way);
-    // [4 float4 of a thread][128 threads], so a warp's float4 accesses are 512 contiguous bytes. The
-    // second barrier keeps the next block's partial from overwriting one not yet read.
+      for (int t2 = 0; t2 < 2; ++t2) {
+        const float ratio = nu[t2] > 0.f ? unit[t2] / nu[t2] : 1.f;
+        const float f[2] = {alpha[0] * ratio, alpha[1] * ratio};
 #pragma unroll
-    for (int n = 0; n < 16; n += 4)
-      xchg_s[(cw * 4 + n / 4) * 128 + lt] = make_float4(sp[n], sp[n + 1], sp[n + 2], sp[n + 3]);
-    named_barrier(2, 256);
-#pragma unroll
-    for (int n = 0; n < 16; n += 4) {
-      const float4 x = xchg_s[((1 - cw) * 4 + n / 4) * 128 + lt];
-      sp[n] += x.x, sp[n + 1] += x.y, sp[n + 2] += x.z, sp[n + 3] += x.w;
-    }
-    named_barrier(2, 256);
-
-    // ---- online softmax (log2 units); thread rows r0 (n % 4 < 2), r1 ----
-    float mx[2] = {-inf_f32(), -inf_f32()};
-#pragma unroll
-    for (int n = 0; n < 16; ++n) {
-      const int key = 8 * (n >> 2) + 2 * c + (n & 1);
-      sp[n] = (mask >> key) & 1u ? sp[n] * p.scale_log2 : -inf_f32();
-      mx[(n >> 1) & 1] = fmaxf(mx[(n >> 1) & 1], sp[n]);
-    }
-    float alpha[2], base[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(~0u, mx[r], 1));
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(~0u, mx[r], 2));
-      const float mn = fmaxf(m_run[r], mx[r]);
-      alpha[r] = mn == -inf_f32() ? 1.f : exp2f(m_run[r] - mn);
-      m_run[r] = mn;
-      base[r] = mn == -inf_f32() ? 0.f : mn;
-    }
-    float rsum[2] = {0.f, 0.f};
-#pragma unroll
-    for (int n = 0; n < 16; ++n) {
-      sp[n] = exp2f(sp[n] - base[(n >> 1) & 1]);
-      rsum[(n >> 1) & 1] += sp[n];
-    }
-    l_run[0] = l_run[0] * alpha[0] + rsum[0];
-    l_run[1] = l_run[1] * alpha[1] + rsum[1];
-
-    // ---- O: rescale (max and tile unit), then O += P' V per owned tile, P' = P x scale / unit ----
-    // A tile without a valid key this block has unit 0 and adds nothing: its unit stays.
-    const float nu[2] = {u0 > 0.f ? u0 : unit[0], u1 > 0.f ? u1 : unit[1]};
-#pragma unroll
-    for (int t2 = 0; t2 < 2; ++t2) {
-      const float inv_u = 1.f / nu[t2];
-#pragma unroll
-      for (int k16 = 0; k16 < 2; ++k16) {
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const int n = 8 * k16 + 2 * j;
-          const int kq = 2 * (n >> 2);
-          pa[t2][k16][j] = pack_f16x2(sp[n] * (sc[t2][kq] * inv_u), sp[n + 1] * (sc[t2][kq + 1] * inv_u));
-        }
+        for (int n = 0; n < 64; ++n) o[t2][n] *= f[(n >> 1) & 1];
       }
-      const float f[2] = {alpha[0] * (unit[t2] / nu[t2]), alpha[1] * (unit[t2] / nu[t2])};
-#pragma unroll
-      for (int n = 0; n < 64; ++n) o[t2][n] *= f[(n >> 1) & 1];
-      unit[t2] = nu[t2];
     }
+    unit[0] = nu[0], unit[1] = nu[1];
+    uint8_t* kst = keys_s + ks * S.key_stage_bytes;
     wgmma_fence();
 #pragma unroll
     for (int t2 = 0; t2 < 2; ++t2) {
@@ -336,27 +220,236 @@ __global__ void __launch_bounds__(kWgmmaWarps * 32, 1) sparse_mla_decode_wgmma_k
       }
     }
     wgmma_commit();
-    wgmma_wait<0>();  // P.V has read key stage ks: block i + 2 may be converted into it
+  };
+
+  float l_fin[2], m_fin[2];  // the rows' softmax sum and max (log2 units) when the blocks are done
+  if (cw == 0) {
+    // ================= consumer 0: S, softmax, P.V of dims 0-255 =================
+    const float inv_pre[2] = {inv_pre_s[r0], inv_pre_s[r1]};
+    const uint64_t q_desc = smem_desc_k_major_sw128(q_s);
+    // S in pieces, each its own wgmma batch into accumulator piece % 2: the RoPE dims (BF16, unscaled)
+    // first where the layer has them, then the four NoPE tiles.
+    constexpr int kPieces = kTiles + (ROPE > 0 ? 1 : 0);
+    float acc[2][16];
+    auto issue_piece = [&](int piece, int ks) {
+      const uint64_t k_desc = smem_desc_k_major_sw128(keys_s + ks * S.key_stage_bytes);
+      float(&a)[16] = acc[piece & 1];
+      wgmma_fence();
+      if (ROPE > 0 && piece == 0) {
 #pragma unroll
-    for (int n = 0; n < 64; ++n) fence_operand(o[0][n]), fence_operand(o[1][n]);
+        for (int kk = 0; kk < ROPE / 16; ++kk) {
+          WgmmaSs16<32, true>::mma(a, q_desc + kNope * kQCol + 2 * kk, k_desc + kNope * kKCol + 2 * kk, kk > 0);
+        }
+      } else {
+        const int tile = piece - (ROPE > 0 ? 1 : 0);
+#pragma unroll
+        for (int kk = 0; kk < 8; ++kk) {
+          const int cb = 2 * tile + kk / 4;
+          WgmmaSs16<32, false>::mma(a, q_desc + cb * kQCol + 2 * (kk % 4), k_desc + cb * kKCol + 2 * (kk % 4), kk > 0);
+        }
+      }
+      wgmma_commit();
+    };
+    float m_run[2] = {-inf_f32(), -inf_f32()}, l_run[2] = {0.f, 0.f};
+    float sp[16], alpha[2];  // the last block's P and rescales, for its P.V
+    // The loop is rotated (P.V of block i - 1 at the top of block i) so that no wgmma is in flight across
+    // its back edge: ptxas serializes every wgmma when accumulators in flight cross one.
+    for (int i = 0; i < nblocks; ++i) {
+      const int ks = i & 1;
+      // P.V of block i - 1, S of block i right behind it; the key stage of block i - 1 goes back once
+      // that P.V has read it.
+      if (i > 0) issue_pv(ks ^ 1, sp, alpha);
+      mbarrier_wait(&converted[ks], (i >> 1) & 1);
+      issue_piece(0, ks);
+      issue_piece(1, ks);
+      if (i > 0) {
+        wgmma_wait<2>();
+#pragma unroll
+        for (int n = 0; n < 64; ++n) fence_operand(o[0][n]), fence_operand(o[1][n]);
+        mbarrier_arrive(&stage_free[ks ^ 1]);
+      }
+      // ---- S: fold each finished piece while the next one runs ----
+#pragma unroll
+      for (int piece = 0; piece < kPieces; ++piece) {
+        if (piece + 1 < kPieces) {
+          wgmma_wait<1>();
+        } else {
+          wgmma_wait<0>();
+        }
+        float(&a)[16] = acc[piece & 1];
+#pragma unroll
+        for (int n = 0; n < 16; ++n) fence_operand(a[n]);
+        if (ROPE > 0 && piece == 0) {
+#pragma unroll
+          for (int n = 0; n < 16; ++n) sp[n] = a[n];
+        } else {
+          const int tile = piece - (ROPE > 0 ? 1 : 0);
+          const float* scale = key_scale_s + (ks * kTiles + tile) * kWgmmaBlockKeys;
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            const float2 sc = *reinterpret_cast<const float2*>(scale + 8 * q + 2 * c);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int n = 4 * q + e;
+              const float w = inv_pre[e >> 1] * ((e & 1) ? sc.y : sc.x);
+              sp[n] = piece == 0 ? w * a[n] : fmaf(w, a[n], sp[n]);
+            }
+          }
+        }
+        if (piece + 2 < kPieces) issue_piece(piece + 2, ks);
+      }
+
+      // ---- online softmax (log2 units); thread rows r0 (n % 4 < 2), r1 ----
+      const uint32_t mask = key_mask_s[ks];
+      float mx[2] = {-inf_f32(), -inf_f32()};
+#pragma unroll
+      for (int n = 0; n < 16; ++n) {
+        const int key = 8 * (n >> 2) + 2 * c + (n & 1);
+        sp[n] = (mask >> key) & 1u ? sp[n] * p.scale_log2 : -inf_f32();
+        mx[(n >> 1) & 1] = fmaxf(mx[(n >> 1) & 1], sp[n]);
+      }
+      float base[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(~0u, mx[r], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(~0u, mx[r], 2));
+        // The running max moves only when a block's exceeds it by more than kStaleMax: P stays below
+        // 2^kStaleMax (FP32 sums; P' in F16), and alpha is 1 in most blocks.
+        const bool move = mx[r] > m_run[r] + kStaleMax;
+        alpha[r] = move ? exp2f(m_run[r] - mx[r]) : 1.f;
+        if (move) m_run[r] = mx[r];
+        base[r] = m_run[r] == -inf_f32() ? 0.f : m_run[r];
+      }
+      float rsum[2] = {0.f, 0.f};
+#pragma unroll
+      for (int n = 0; n < 16; ++n) {
+        sp[n] = exp2f(sp[n] - base[(n >> 1) & 1]);
+        rsum[(n >> 1) & 1] += sp[n];
+      }
+      l_run[0] = l_run[0] * alpha[0] + rsum[0];
+      l_run[1] = l_run[1] * alpha[1] + rsum[1];
+
+      // ---- P to consumer 1 ([5][128 threads] float4: a warp's accesses are 512 contiguous bytes) ----
+      if (i > 0) named_barrier(kProbsEmpty, 256);  // consumer 1 has read the previous block's P
+#pragma unroll
+      for (int n = 0; n < 16; n += 4) probs_s[(n / 4) * 128 + lt] = make_float4(sp[n], sp[n + 1], sp[n + 2], sp[n + 3]);
+      probs_s[4 * 128 + lt] = make_float4(alpha[0], alpha[1], 0.f, 0.f);
+      named_barrier_arrive(kProbsFull, 256);
+    }
+    if (nblocks > 0) {
+      issue_pv((nblocks - 1) & 1, sp, alpha);
+      wgmma_wait<0>();
+#pragma unroll
+      for (int n = 0; n < 64; ++n) fence_operand(o[0][n]), fence_operand(o[1][n]);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      l_fin[r] = l_run[r];
+      l_fin[r] += __shfl_xor_sync(~0u, l_fin[r], 1);
+      l_fin[r] += __shfl_xor_sync(~0u, l_fin[r], 2);
+      m_fin[r] = m_run[r];
+    }
+    stats_s[lt] = make_float4(l_fin[0], l_fin[1], m_fin[0], m_fin[1]);
+    named_barrier_arrive(kStatsReady, 256);
+  } else {
+    // ================= consumer 1: conversion of every block, P.V of dims 256-511 =================
+    // Conversion role: key lt / 4, tile lt % 4 (128 dims: column blocks 2 (lt % 4), + 1) and RoPE dims
+    // 16 (lt % 4) .. + 15.
+    const int ckey = lt / 4, ctile = lt % 4;
+    uint4 x[8], rope[2];
+    float csc = 0.f;
+    bool cvalid = false;
+    uint32_t cmask = 0u;
+    auto load_raw = [&](int j) {
+      const int rs = j % RS;
+      mbarrier_wait(&raw_full[rs], (j / RS) & 1);
+      cmask = raw_mask_s[rs];
+      cvalid = (cmask >> ckey) & 1u;
+      const uint8_t* rec = raw_s + (rs * kWgmmaBlockKeys + ckey) * R.bytes;
+#pragma unroll
+      for (int q = 0; q < 8; ++q) x[q] = *reinterpret_cast<const uint4*>(rec + kTileDims * ctile + 16 * q);
+      if constexpr (ROPE > 0) {
+#pragma unroll
+        for (int q = 0; q < 2; ++q) rope[q] = *reinterpret_cast<const uint4*>(rec + R.rope_offset + 32 * ctile + 16 * q);
+      }
+      csc = cvalid ? *reinterpret_cast<const float*>(rec + R.scale_offset + 4 * ctile) : 0.f;
+      mbarrier_arrive(&raw_empty[rs]);  // this thread's reads of the stage are done
+    };
+    auto store_converted = [&](int ks) {
+      uint8_t* kst = keys_s + ks * S.key_stage_bytes;
+      const uint4 z = make_uint4(0, 0, 0, 0);
+#pragma unroll
+      for (int q = 0; q < 8; ++q) {  // 16 E4M3 -> two 16-byte chunks of F16
+        uint32_t hv[8];
+        e4m3x4_to_f16x2(x[q].x, hv[0], hv[1]);
+        e4m3x4_to_f16x2(x[q].y, hv[2], hv[3]);
+        e4m3x4_to_f16x2(x[q].z, hv[4], hv[5]);
+        e4m3x4_to_f16x2(x[q].w, hv[6], hv[7]);
+        uint8_t* col = kst + (2 * ctile + q / 4) * kKeyColBytes;
+        const int chunk = 2 * (q % 4);
+        *reinterpret_cast<uint4*>(col + swizzled(ckey, chunk)) = cvalid ? make_uint4(hv[0], hv[1], hv[2], hv[3]) : z;
+        *reinterpret_cast<uint4*>(col + swizzled(ckey, chunk + 1)) = cvalid ? make_uint4(hv[4], hv[5], hv[6], hv[7]) : z;
+      }
+      if constexpr (ROPE > 0) {
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+          *reinterpret_cast<uint4*>(kst + kNope * kKeyColBytes + swizzled(ckey, 2 * ctile + q)) = cvalid ? rope[q] : z;
+        }
+      }
+      // Key scales and the warp's largest per tile (its 8 keys: the lanes of one lane % 4).
+      key_scale_s[(ks * kTiles + ctile) * kWgmmaBlockKeys + ckey] = csc;
+      float m = fabsf(csc);
+      m = fmaxf(m, __shfl_xor_sync(~0u, m, 4));
+      m = fmaxf(m, __shfl_xor_sync(~0u, m, 8));
+      m = fmaxf(m, __shfl_xor_sync(~0u, m, 16));
+      if (lane < 4) tile_part_s[(ks * kTiles + ctile) * 4 + warp % 4] = m;
+      if (lt == 0) key_mask_s[ks] = cmask;
+      fence_proxy_async();  // the converted block is read by wgmma
+      mbarrier_arrive(&converted[ks]);
+    };
+    for (int j = 0; j < 2 && j < nblocks; ++j) {
+      load_raw(j);
+      store_converted(j);
+    }
+    for (int i = 0; i < nblocks; ++i) {
+      const int ks = i & 1;
+      mbarrier_wait(&converted[ks], (i >> 1) & 1);  // every part of block i, this consumer's included
+      named_barrier(kProbsFull, 256);
+      float sp[16];
+#pragma unroll
+      for (int n = 0; n < 16; n += 4) {
+        const float4 v = probs_s[(n / 4) * 128 + lt];
+        sp[n] = v.x, sp[n + 1] = v.y, sp[n + 2] = v.z, sp[n + 3] = v.w;
+      }
+      const float4 av = probs_s[4 * 128 + lt];
+      const float alpha[2] = {av.x, av.y};
+      if (i + 1 < nblocks) named_barrier_arrive(kProbsEmpty, 256);
+      issue_pv(ks, sp, alpha);
+      // Block i + 2's raw bytes come in under this P.V; they go into key stage ks once both consumers'
+      // P.V (and consumer 0's S) of block i are done with it.
+      if (i + 2 < nblocks) load_raw(i + 2);
+      wgmma_wait<0>();
+#pragma unroll
+      for (int n = 0; n < 64; ++n) fence_operand(o[0][n]), fence_operand(o[1][n]);
+      if (i + 2 < nblocks) {
+        mbarrier_wait(&stage_free[ks], (i >> 1) & 1);
+        store_converted(ks);
+      }
+    }
+    named_barrier(kStatsReady, 256);
+    const float4 st = stats_s[lt];
+    l_fin[0] = st.x, l_fin[1] = st.y, m_fin[0] = st.z, m_fin[1] = st.w;
   }
 
-  // ---- epilogue ----
-  float l[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    l[r] = l_run[r];
-    l[r] += __shfl_xor_sync(~0u, l[r], 1);
-    l[r] += __shfl_xor_sync(~0u, l[r], 2);
-  }
+  // ---- epilogue: each consumer its 256 dims; consumer 0 the LSE ----
   const bool split_mode = p.splits > 1;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int head = r ? r1 : r0;
     const int64_t th = t * H + head0 + head;
-    const float m = m_run[r];
+    const float m = m_fin[r];
     const bool any = m != -inf_f32();
-    float denom = l[r];
+    float denom = l_fin[r];
     if (!split_mode && p.sink && any) denom += exp2f(p.sink[head0 + head] * kLog2e - m);
 #pragma unroll
     for (int i = 0; i < 32; ++i) {
@@ -371,7 +464,7 @@ __global__ void __launch_bounds__(kWgmmaWarps * 32, 1) sparse_mla_decode_wgmma_k
       }
     }
     if (cw == 0 && c == 0) {
-      const float lse = (m + log2f(l[r])) * kLn2;
+      const float lse = (m + log2f(l_fin[r])) * kLn2;
       if (split_mode) {
         p.part_lse[th * p.splits + split] = any ? lse : -inf_f32();
       } else {

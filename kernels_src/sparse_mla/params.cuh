@@ -80,8 +80,9 @@ CHORD_HD constexpr DecodeSmem decode_smem(int format, int rope, int hg, int warp
 }
 
 // decode_wgmma.cuh (fp8_ds_mla, 64 heads a CTA): a producer warp gathers 32-key blocks into a raw ring;
-// two consumer warpgroups convert their own half of each block and run S and P.V on wgmma. The query and
-// each converted key block are stored as column blocks of 64 dims, each [rows][128 bytes] in the 128-byte
+// consumer 1 converts every block into a two-deep key ring, consumer 0 computes S and the softmax and
+// hands P to consumer 1 through shared memory; each runs P.V for its 256 output dims. The query and each
+// converted key block are stored as column blocks of 64 dims, each [rows][128 bytes] in the 128-byte
 // swizzle (16-byte chunk c of row r at r * 128 + (c ^ (r % 8)) * 16): K-major for S = Q K^T, the same key
 // bytes MN-major for P.V.
 constexpr int kWgmmaHeads = 64;
@@ -96,12 +97,14 @@ struct WgmmaDecodeSmem {
   int keys;             // [2 stages][col_blocks][32 keys][128 B]: NoPE E4M3 as F16 (exact), RoPE BF16
   int key_stage_bytes;  //
   int raw;              // [kWgmmaRawStages][32 keys][record]: the gathered records
-  int xchg;             // [2 consumers][4][128 threads] float4: partial S (each consumer half the dims)
+  int probs;            // [5][128 threads] float4: a block's P (FP32, 4 float4 a thread), then its rescales
+  int stats;            // [128 threads] float4: the final row sums and maxima, consumer 0 -> 1
   int key_scale;        // [2 stages][4 tiles][32 keys] FP32: the converted keys' scales (0: invalid key)
   int tile_part;        // [2 stages][4 tiles][4 warps] FP32: largest scale magnitude of a warp's 8 keys
+  int key_mask;         // [2 stages] u32: valid keys of a converted block
   int raw_mask;         // [kWgmmaRawStages] u32: valid keys of a gathered block
   int inv_pre;          // [64] q prescales
-  int bars;             // raw_full[kWgmmaRawStages], raw_empty[kWgmmaRawStages]
+  int bars;             // raw_full[kWgmmaRawStages], raw_empty[kWgmmaRawStages], converted[2], stage_free[2]
   int bytes;            // plus 1024 for aligning the base
 };
 CHORD_HD constexpr WgmmaDecodeSmem wgmma_decode_smem(int rope) {
@@ -112,13 +115,15 @@ CHORD_HD constexpr WgmmaDecodeSmem wgmma_decode_smem(int rope) {
   s.keys = s.q + s.col_blocks * kWgmmaHeads * kWgmmaColBytes;
   s.key_stage_bytes = s.col_blocks * kWgmmaBlockKeys * kWgmmaColBytes;
   s.raw = s.keys + 2 * s.key_stage_bytes;
-  s.xchg = s.raw + kWgmmaRawStages * kWgmmaBlockKeys * r.bytes;
-  s.key_scale = s.xchg + 2 * 128 * 16 * 4;
+  s.probs = s.raw + kWgmmaRawStages * kWgmmaBlockKeys * r.bytes;
+  s.stats = s.probs + 5 * 128 * 16;
+  s.key_scale = s.stats + 128 * 16;
   s.tile_part = s.key_scale + 2 * kTiles * kWgmmaBlockKeys * 4;
-  s.raw_mask = s.tile_part + 2 * kTiles * 4 * 4;
+  s.key_mask = s.tile_part + 2 * kTiles * 4 * 4;
+  s.raw_mask = s.key_mask + 2 * 4;
   s.inv_pre = s.raw_mask + kWgmmaRawStages * 4;
   s.bars = (s.inv_pre + kWgmmaHeads * 4 + 7) / 8 * 8;
-  s.bytes = s.bars + 2 * kWgmmaRawStages * 8 + 1024;
+  s.bytes = s.bars + (2 * kWgmmaRawStages + 4) * 8 + 1024;
   return s;
 }
 static_assert(wgmma_decode_smem(64).bytes <= 227 * 1024, "one WGMMA decode CTA per SM");
