@@ -9,6 +9,9 @@
 #   FAMILY sparse_mla:  cases "CASE,TOKENS"               (default "fp8/h8,1" "fp8/h8,256")
 #   FAMILY dsa:         cases "logits,HEADS,TOKENS" (with the paged-read ceiling kernel on the same pages)
 #                       or "topk,TOKENS"                  (default "logits,64,64" "logits,128,64")
+# CHORD_NCU_SOURCE=1: also the per-instruction view (SourceCounters): the report is kept as
+# ncu_<family>_<case>.ncu-rep and its SASS with stall samples per instruction written to
+# ncu_<family>_<case>_source.csv, to tell the stalls of a kernel's roles (warp-specialized kernels) apart.
 # CHORD_PROFILE_PEER=1 (indexed): the bench also calls Humming on the same inputs, and its kernel
 # (named `humming`) is profiled too, into ncu_indexed_<case>_humming.txt.
 set -uo pipefail
@@ -50,11 +53,17 @@ for c in "${cases[@]}"; do
   [ "$family" = indexed ] && [ "${CHORD_PROFILE_PEER:-0}" != 1 ] && args+=(--no-peers)
   for k in "${profiled[@]}"; do
     file="$out/ncu_${family}_$tag$([ "$k" = "$kernels" ] || echo "_$k").txt"
+    source=()
+    [ "${CHORD_NCU_SOURCE:-0}" = 1 ] && source=(--section SourceCounters --export "${file%.txt}.ncu-rep" --force-overwrite)
     env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPATH="$PWD/tools/python:$PWD/bench${PYTHONPATH:+:$PYTHONPATH}" \
       ncu --clock-control none -k "regex:$k" --launch-skip $skip --launch-count $count \
       --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
-      --section SchedulerStats --section MemoryWorkloadAnalysis --metrics "$stalls" \
+      --section SchedulerStats --section MemoryWorkloadAnalysis --metrics "$stalls" "${source[@]}" \
       python3 "bench/${family}_bench.py" "${args[@]}" >"$file" 2>&1
+    if [ ${#source[@]} -gt 0 ]; then
+      ncu --import "${file%.txt}.ncu-rep" --print-details all >>"$file" 2>&1
+      ncu --import "${file%.txt}.ncu-rep" --page source --csv --print-source sass >"${file%.txt}_source.csv" 2>&1
+    fi
     echo "== $family $c ($k)"
     grep -E "$k|Duration|DRAM Throughput|Memory Throughput|L2 Cache Throughput|Compute \(SM\)|Achieved Occupancy|Registers Per|Waves Per SM|Issued Warp|Eligible Warps|Warp Cycles Per Issued|stalled" \
       "$file" | head -50
