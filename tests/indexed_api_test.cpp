@@ -106,17 +106,30 @@ TEST_CASE("every selected indexed config is a valid kernel", "[indexed]") {
       CHECK(key.slices == c.slices);
       CHECK(key.stages == c.stages);
       CHECK(key.consumers == c.consumers);
+      CHECK(key.step_ring == c.step_ring);
       CHECK_NOTHROW(IndexedPrefillFamily::family().program(IndexedPrefillFamily::descriptor(kHopper, key)));
     }
   }
-  // Short-K tiles (TP8 down, K 256) with small token tiles get four consumer warpgroups of one slice
-  // (256-row tiles either way); from block_m 72 their fragments no longer fit 104 registers, and two
-  // consumers of two slices take over. Long K (EP8 gate_up) keeps two consumers.
+  // Short-K tiles (TP8 down, K 256) with small token tiles get four consumer warpgroups: of two slices
+  // (512-row tiles) through the k16 step ring up to block_m 40, of one slice (256-row tiles) up to 64; from
+  // block_m 72 their fragments no longer fit 104 registers, and two consumers of two slices take over.
+  // Long K (EP8 gate_up) keeps two consumers.
   const IndexedShape tp_down{W4a16Layout::kWgmmaK64, 7168, 256, 384};
   const auto small = chordrt::heuristics::select_indexed_prefill(tp_down, 32, 8192);
   CHECK(small.consumers == 4);
-  CHECK(small.slices == 1);
-  CHECK(chordrt::heuristics::select_indexed_prefill(tp_down, 64, 16384).consumers == 4);
+  CHECK(small.slices == 2);
+  CHECK(small.step_ring == 1);
+  for (int bm : {48, 64}) {
+    const auto medium = chordrt::heuristics::select_indexed_prefill(tp_down, bm, 16384);
+    CHECK(medium.consumers == 4);
+    CHECK(medium.slices == 1);
+    CHECK(medium.step_ring == 0);
+  }
+  // Too few blocks for one 512-row tile per SM (14 tiles per block): four consumers of one slice.
+  const auto few = chordrt::heuristics::select_indexed_prefill(tp_down, 32, 8);
+  CHECK(few.consumers == 4);
+  CHECK(few.slices == 1);
+  CHECK(few.step_ring == 0);
   const auto large = chordrt::heuristics::select_indexed_prefill(tp_down, 96, 32768);
   CHECK(large.consumers == 2);
   CHECK(large.slices == 2);
