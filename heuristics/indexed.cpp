@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 
 namespace chordrt::heuristics {
 
@@ -99,15 +100,17 @@ GroupedConfig select_indexed_prefill(const IndexedShape& s, int block_m, int64_t
   // which halves each consumer's share of the per-tile dequant and epilogue: of two slices where the k16
   // step ring makes them fit the 104 registers a consumer gets (block_m <= 40: TP8 down, K 256, 1024
   // tokens at block_m 32: 226 -> 194 us against one slice, H100), else of one slice (block_m <= 64: -13 to
-  // -15% against two consumers on the H200). Both lose on long K (EP8 / TP8 gate_up, EP8 down: +3 to +15%,
+  // -15% against two consumers on the H200). Both lose on long K (EP8 / TP8 gate_up, EP8 down: -1 to +15%,
   // less independent work per warp), which keeps two consumers of two slices; otherwise 128-row tiles,
   // twice as many. This runs on every dispatch, so the blocks are bounded from below (each block holds at
   // most block_m rows; min(rows, E) experts hold one) instead of modelled.
   const int64_t blocks = std::max<int64_t>(std::min<int64_t>(routed_rows, s.experts), routed_rows / block_m);
   const bool short_tiles = s.k / grouped_block_k(GroupedMode::kIndexed) <= chord::grouped::kShortTileKBlocks;
   GroupedConfig c{block_m, 1, 2, 2};
+  // In order of preference; the first kShortTileOnly (four consumers) only on short tiles.
+  constexpr int kShortTileOnly = 2;
   const GroupedConfig wide[] = {{block_m, 2, 2, 4, 1}, {block_m, 1, 2, 4}, {block_m, 2, 2, 2}};
-  for (int i = short_tiles ? 0 : 2; i < 3; ++i) {
+  for (int i = short_tiles ? 0 : kShortTileOnly; i < static_cast<int>(std::size(wide)); ++i) {
     const int64_t wide_n = chord::grouped::block_n(wide[i].slices, wide[i].consumers);
     if (s.n % wide_n == 0 &&
         grouped_consumer_registers(g, wide[i]) <= chord::grouped::consumer_registers(wide[i].consumers) &&
