@@ -7,6 +7,10 @@ Kimi K2 (384 experts, top-8), both projections, three cases:
   TP8 prefill: all 384 experts, gate_up N=512 K=7168, down N=7168 K=256 (8T routes), WGMMA_K64;
   EP8 decode:  20 / 50 tokens whose routes all land on rank 0's 48 experts (160 / 400 routes; moe_align
                with the deployment's 384 experts and expert map), W4a16Layout.MMA.
+Two other public MoE shapes (different hidden size, intermediate size and expert count), prefill on WGMMA_K64,
+not in the default --cases (name them: "Qwen3-235B-A22B:EP8/prefill,Qwen3-30B-A3B:TP1/prefill"):
+  Qwen3-235B-A22B EP8: 16 of 128 experts (expert map), top-8, gate_up N=3072 K=4096, down N=4096 K=1536;
+  Qwen3-30B-A3B TP1:   all 128 experts on one GPU, top-8, gate_up N=1536 K=2048, down N=2048 K=768.
 Per point: routing = chordrt.moe_align(topk_ids, block_size=indexed_block_m(layout, experts, N, K, routes
 expected locally)); gate_up runs on a [T, K] with top_k 8, down on a [8T, K] with the same routing and
 top_k 1. Median µs over CUDA-graph replays that rotate input sets (activations, routing, outputs) and
@@ -63,7 +67,8 @@ from humming_peer import (HUMMING_LOCKS, HUMMING_MISSING, announce_peer, heurist
 import w4a16_goals
 from w4a16_weights import checkpoint_pool, dequant_bf16
 
-TOP_K = 8
+KIMI = "Kimi K2"
+TOP_K = 8  # Kimi K2's
 PREFILL_TOKENS = (1024, 2048, 4096, 8192, 16384)
 DECODE_TOKENS = (20, 50)
 INPUT_SETS = 3  # at least; rounded up to a multiple of the weight sets
@@ -81,7 +86,7 @@ HUMMING_COMPUTE = {"gemm_type": "indexed"}
 
 @dataclass(frozen=True)
 class Case:
-    parallel: str  # "EP8" / "TP8"
+    parallel: str  # "EP8" / "TP8" / "TP1"
     phase: str  # "prefill" / "decode"
     experts: int  # on this GPU
     global_experts: int  # moe_align's num_experts
@@ -89,11 +94,15 @@ class Case:
     routed_experts: int  # topk_ids are drawn over global experts [0, routed_experts): rank 0's are [0, experts)
     layout: str  # chordrt.W4a16Layout member name (the binding takes names)
     shapes: dict  # projection -> (N, K)
+    model: str = KIMI
+    top_k: int = TOP_K
 
     @property
     def key(self):
-        # The decode points on the prefill kernel's layout are a case of their own (decode-wgmma).
-        return f"{self.parallel}/{self.phase}" + ("-wgmma" if self.phase == "decode" and self.layout != "MMA" else "")
+        # The decode points on the prefill kernel's layout are a case of their own (decode-wgmma); other models'
+        # cases carry the model's name.
+        return ("" if self.model == KIMI else f"{self.model}:") + f"{self.parallel}/{self.phase}" + (
+            "-wgmma" if self.phase == "decode" and self.layout != "MMA" else "")
 
 
 EP_SHAPES = {"gate_up": (4096, 7168), "down": (7168, 2048)}
@@ -106,7 +115,13 @@ CASES = (
     # The same decode points through the WGMMA kernel (its own block_m from indexed_block_m): whether one
     # weight layout can serve decode as well as prefill.
     Case("EP8", "decode", 48, 384, True, 48, "WGMMA_K64", EP_SHAPES),
+    # Other shapes (issue 15: not tuned to Kimi only): hidden 4096 / 2048, intermediate 1536 / 768, 128 experts.
+    Case("EP8", "prefill", 16, 128, True, 128, "WGMMA_K64", {"gate_up": (3072, 4096), "down": (4096, 1536)},
+         model="Qwen3-235B-A22B"),
+    Case("TP1", "prefill", 128, 128, False, 128, "WGMMA_K64", {"gate_up": (1536, 2048), "down": (2048, 768)},
+         model="Qwen3-30B-A3B"),
 )
+DEFAULT_CASES = ("EP8/prefill", "TP8/prefill", "EP8/decode")
 
 
 def expected_blocks(experts, routed_rows, block_m):
@@ -135,11 +150,11 @@ class RouteSet:
 
     def __init__(self, case, tokens, call_top_k, n, k, block_m, emap, seed):
         dev = torch.device("cuda")
-        ids, _ = mr.random_routing(torch, tokens, TOP_K, case.routed_experts, dev, seed=seed)
+        ids, _ = mr.random_routing(torch, tokens, case.top_k, case.routed_experts, dev, seed=seed)
         self.sorted_ids, self.expert_ids, self.post = chordrt.moe_align(
             ids, num_experts=case.global_experts, block_size=block_m, expert_map=emap)
         local = (emap.long()[ids.long()] if emap is not None else ids.long()).reshape(-1)
-        self.local_ids = local.view(ids.shape).to(torch.int32)  # [tokens, TOP_K] local expert ids, -1 elsewhere
+        self.local_ids = local.view(ids.shape).to(torch.int32)  # [tokens, top_k] local expert ids, -1 elsewhere
         routes = torch.nonzero(local >= 0).flatten()
         self.route_experts, order = torch.sort(local[routes], stable=True)
         self.routes = routes[order]
@@ -147,8 +162,8 @@ class RouteSet:
         counts = torch.bincount(self.route_experts, minlength=case.experts)
         self.offs = torch.cumsum(counts, 0, dtype=torch.int32)
         # gate_up: a = the step's tokens; down: a = one row per route (M * top_k rows, read with top_k 1)
-        self.a = torch.randn((tokens * TOP_K // call_top_k, k), dtype=torch.bfloat16, device=dev)
-        self.out = torch.empty((tokens * TOP_K, n), dtype=torch.bfloat16, device=dev)
+        self.a = torch.randn((tokens * case.top_k // call_top_k, k), dtype=torch.bfloat16, device=dev)
+        self.out = torch.empty((tokens * case.top_k, n), dtype=torch.bfloat16, device=dev)
         used = int(self.post.item()) // block_m  # blocks the routing holds, non-local experts' included
         live = int((self.expert_ids[:used] >= 0).sum().item())
         self.local_routes = self.routes.numel()
@@ -163,9 +178,9 @@ class Point:
     def __init__(self, case, proj, tokens, n_sets, block_m=None):
         n, k = case.shapes[proj]
         self.n, self.k = n, k
-        self.top_k = TOP_K if proj == "gate_up" else 1
+        self.top_k = case.top_k if proj == "gate_up" else 1
         # Routes expected on this GPU's experts: what a server knows before routing
-        self.routed_rows = tokens * TOP_K * case.experts // case.routed_experts
+        self.routed_rows = tokens * case.top_k * case.experts // case.routed_experts
         self.block_m = block_m or chordrt.indexed_block_m(case.layout, case.experts, n, k, self.routed_rows)
         emap = (mr.contiguous_expert_map(torch, case.global_experts, case.experts, 0, torch.device("cuda"))
                 if case.expert_map else None)
@@ -314,7 +329,7 @@ def bench_point(case, proj, tokens, packed, wsets, bf16, n_isets, ceil, replays,
     torch.cuda.synchronize()
     us = graph_time_us([point.chord_call(i, packed[i % n_wsets]) for i in range(n_isets)], replays, rounds)
     row = {
-        "case": case.key, "parallel": case.parallel, "phase": case.phase, "layout": case.layout,
+        "case": case.key, "model": case.model, "parallel": case.parallel, "phase": case.phase, "layout": case.layout,
         "experts": case.experts, "global_experts": case.global_experts, "expert_map": case.expert_map,
         "routed_experts": case.routed_experts,
         "projection": proj, "n": point.n, "k": point.k, "tokens": tokens, "top_k": point.top_k,
@@ -349,7 +364,8 @@ def bench_point(case, proj, tokens, packed, wsets, bf16, n_isets, ceil, replays,
     peer_text = "" if hweights is None else peer_humming(case, point, hweights, want, picks, n_isets, replays,
                                                           rounds, row)
     row["goal"] = w4a16_goals.indexed_goal(row)
-    print(f"{case.parallel} {case.phase:<7} {proj:<7} {tokens:>5} tok bm {point.block_m:>3} "
+    model = "" if case.model == KIMI else case.model + " "
+    print(f"{model}{case.parallel} {case.phase:<7} {proj:<7} {tokens:>5} tok bm {point.block_m:>3} "
           f"blocks {row['actual_blocks']:7.1f}/{row['expected_blocks']:7.1f} {us:8.1f} us "
           f"{row['chordrt_tflops']:6.1f} TFLOP/s ({100 * row['fraction_of_dense_bf16']:3.0f}% dense) "
           f"{row['chordrt_tbps']:5.2f} TB/s ({100 * row['fraction_of_stream_read']:3.0f}% read)  "
@@ -375,7 +391,7 @@ def bench_group(case, proj, tokens_list, ceil, args, deadline, skipped):
     rows = []
     for tokens in tokens_list:
         for block_m in args.block_m or [None]:  # None: the heuristic's
-            label = f"{case.parallel} {proj} {case.phase} {tokens}" + (f" block_m {block_m}" if block_m else "")
+            label = f"{case.key} {proj} {tokens}" + (f" block_m {block_m}" if block_m else "")
             if deadline is not None and time.monotonic() > deadline:
                 skipped.append(label)
                 continue
@@ -388,8 +404,9 @@ def bench_group(case, proj, tokens_list, ceil, args, deadline, skipped):
 
 
 def find_case(parallel, phase):
+    """The case of a --profile spec: PARALLEL is EPx / TPx (Kimi K2) or MODEL:EPx."""
     for case in CASES:
-        if case.key == f"{parallel.upper()}/{phase}":
+        if case.key.lower() == f"{parallel}/{phase}".lower():
             return case
     raise SystemExit(f"no case {parallel}/{phase} (have {', '.join(c.key for c in CASES)})")
 
@@ -414,9 +431,9 @@ def profile(spec, peer):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--json", "--out", dest="out", help="result file (default: bench/results/indexed_bench-...)")
-    ap.add_argument("--profile", help="EPx|TPx,PROJECTION,PHASE,TOKENS: run that case a few times, untimed")
+    ap.add_argument("--profile", help="[MODEL:]EPx|TPx,PROJECTION,PHASE,TOKENS: run that case a few times, untimed")
     ap.add_argument("--quick", action="store_true", help="fewer replays, one weight set")
-    ap.add_argument("--cases", default=",".join(c.key for c in CASES if not c.key.endswith("-wgmma")),
+    ap.add_argument("--cases", default=",".join(DEFAULT_CASES),
                     help=f"comma-separated subset of cases ({', '.join(c.key for c in CASES)})")
     ap.add_argument("--projections", default="gate_up,down", help="comma-separated subset of gate_up,down")
     ap.add_argument("--tokens", default=",".join(map(str, PREFILL_TOKENS)), help="prefill tokens in the step")
@@ -453,7 +470,7 @@ def main():
         case = by_key[key]
         for proj in projections:
             if deadline is not None and time.monotonic() > deadline:
-                skipped.append(f"{case.parallel} {proj} {case.phase} (all points)")
+                skipped.append(f"{case.key} {proj} (all points)")
                 continue
             rows += bench_group(case, proj, tokens_for[case.phase], ceil, args, deadline, skipped)
             torch.cuda.empty_cache()  # the group's pool, packed weights and BF16 copies are gone
@@ -462,8 +479,9 @@ def main():
           (f"; skipped (budget): {', '.join(skipped)}" if skipped else ""))
     write_result(
         out_path, args, ceil, start, rows, skipped,
-        cases={c.key: {"experts": c.experts, "global_experts": c.global_experts, "expert_map": c.expert_map,
-                       "layout": c.layout, "top_k": TOP_K, "shapes": c.shapes} for c in CASES},
+        cases={c.key: {"model": c.model, "experts": c.experts, "global_experts": c.global_experts,
+                       "expert_map": c.expert_map, "layout": c.layout, "top_k": c.top_k, "shapes": c.shapes}
+               for c in CASES},
         chord_published=[{"case": f"{p}/prefill", "projection": proj, "us": t}
                          for (p, proj), t in w4a16_goals.CHORD_INDEXED.items()],
         baseline_timing=BASELINE_TIMING,
