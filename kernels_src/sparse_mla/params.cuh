@@ -79,32 +79,35 @@ CHORD_HD constexpr DecodeSmem decode_smem(int format, int rope, int hg, int warp
   return s;
 }
 
-// decode_wgmma.cuh (fp8_ds_mla, 64 heads a CTA): a producer warp gathers 32-key blocks into a raw ring;
-// consumer 1 converts every block into a two-deep key ring, consumer 0 computes S and the softmax and
-// hands P to consumer 1 through shared memory; each runs P.V for its 256 output dims. The query and each
-// converted key block are stored as column blocks of 64 dims, each [rows][128 bytes] in the 128-byte
-// swizzle (16-byte chunk c of row r at r * 128 + (c ^ (r % 8)) * 16): K-major for S = Q K^T, the same key
-// bytes MN-major for P.V.
+// decode_wgmma.cuh (fp8_ds_mla, 64 heads a CTA): three warpgroups. The S warpgroup computes S and the
+// softmax and hands P over through shared memory; each of the two P.V warpgroups gathers half of every
+// 32-key block (16 records) into a raw ring, converts that half into the two-deep key ring and runs P.V
+// for 256 output dims. The query and each converted key block are stored as column blocks of 64 dims,
+// each [rows][128 bytes] in the 128-byte swizzle (16-byte chunk c of row r at r * 128 + (c ^ (r % 8)) *
+// 16): K-major for S = Q K^T, the same key bytes MN-major for P.V.
 constexpr int kWgmmaHeads = 64;
 constexpr int kWgmmaBlockKeys = 32;
-constexpr int kWgmmaWarps = 12;  // the producer warpgroup (one warp gathers), then two consumers
+constexpr int kWgmmaWarps = 12;  // the S warpgroup, then the two P.V warpgroups
 constexpr int kWgmmaColBytes = 128;
 constexpr int kWgmmaRawStages = 3;
+constexpr int kWgmmaHalves = 2;                                     // P.V warpgroups: halves of a block's keys
+constexpr int kWgmmaHalfKeys = kWgmmaBlockKeys / kWgmmaHalves;      // keys one P.V warpgroup gathers and converts
+constexpr int kWgmmaConvertWarps = 4 * kWgmmaHalves;                // warps converting a block
 
 struct WgmmaDecodeSmem {
   int col_blocks;       // 64-dim column blocks of a key or query row (8 NoPE, + 1 RoPE)
   int q;                // [col_blocks][64 heads][128 B]: NoPE as F16 prescaled per head, RoPE as BF16
   int keys;             // [2 stages][col_blocks][32 keys][128 B]: NoPE E4M3 as F16 (exact), RoPE BF16
   int key_stage_bytes;  //
-  int raw;              // [kWgmmaRawStages][32 keys][record]: the gathered records
+  int raw;              // [kWgmmaRawStages][32 keys][record]: the gathered records (keys 16 h.. by half h)
   int probs;            // [5][128 threads] float4: a block's P (FP32, 4 float4 a thread), then its rescales
-  int stats;            // [128 threads] float4: the final row sums and maxima, consumer 0 -> 1
+  int stats;            // [128 threads] float4: the final row sums and maxima, S warpgroup -> P.V warpgroups
   int key_scale;        // [2 stages][4 tiles][32 keys] FP32: the converted keys' scales (0: invalid key)
-  int tile_part;        // [2 stages][4 tiles][4 warps] FP32: largest scale magnitude of a warp's 8 keys
-  int key_mask;         // [2 stages] u32: valid keys of a converted block
-  int raw_mask;         // [kWgmmaRawStages] u32: valid keys of a gathered block
+  int tile_part;        // [2 stages][4 tiles][8 warps] FP32: largest scale magnitude of a converting warp's keys
+  int key_bias;         // [2 stages][32 keys] FP32: 0 for a valid key, -inf for an invalid one (S's mask)
+  int raw_mask;         // [kWgmmaRawStages][2 halves] u32: valid keys of a gathered half block
   int inv_pre;          // [64] q prescales
-  int bars;             // raw_full[kWgmmaRawStages], raw_empty[kWgmmaRawStages], converted[2], stage_free[2]
+  int bars;             // raw_full[RS][2], raw_empty[RS][2], converted[2], stage_free[2]
   int bytes;            // plus 1024 for aligning the base
 };
 CHORD_HD constexpr WgmmaDecodeSmem wgmma_decode_smem(int rope) {
@@ -119,11 +122,11 @@ CHORD_HD constexpr WgmmaDecodeSmem wgmma_decode_smem(int rope) {
   s.stats = s.probs + 5 * 128 * 16;
   s.key_scale = s.stats + 128 * 16;
   s.tile_part = s.key_scale + 2 * kTiles * kWgmmaBlockKeys * 4;
-  s.key_mask = s.tile_part + 2 * kTiles * 4 * 4;
-  s.raw_mask = s.key_mask + 2 * 4;
-  s.inv_pre = s.raw_mask + kWgmmaRawStages * 4;
+  s.key_bias = s.tile_part + 2 * kTiles * kWgmmaConvertWarps * 4;
+  s.raw_mask = s.key_bias + 2 * kWgmmaBlockKeys * 4;
+  s.inv_pre = s.raw_mask + kWgmmaRawStages * kWgmmaHalves * 4;
   s.bars = (s.inv_pre + kWgmmaHeads * 4 + 7) / 8 * 8;
-  s.bytes = s.bars + (2 * kWgmmaRawStages + 4) * 8 + 1024;
+  s.bytes = s.bars + (2 * kWgmmaRawStages * kWgmmaHalves + 4) * 8 + 1024;
   return s;
 }
 static_assert(wgmma_decode_smem(64).bytes <= 227 * 1024, "one WGMMA decode CTA per SM");
