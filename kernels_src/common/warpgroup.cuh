@@ -18,6 +18,14 @@ __device__ __forceinline__ void named_barrier_arrive(uint32_t id, uint32_t threa
   asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
+// setmaxnreg moves registers inside the CTA's launch allocation (at one CTA per SM: 64K / threads a
+// thread, rounded down to 8): an increase that the other warpgroups' decreases do not cover waits forever
+// (SASS: USETMAXREG.TRY_ALLOC.CTAPOOL in a retry loop). `registers_per_warpgroup` sums the count each
+// warpgroup sets.
+constexpr bool setmaxnreg_fits_launch(int threads, int registers_per_warpgroup) {
+  return registers_per_warpgroup * 128 <= 65536 / threads / 8 * 8 * threads;
+}
+
 template <uint32_t REGISTERS>
 __device__ __forceinline__ void set_max_registers_increase() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(REGISTERS));

@@ -52,6 +52,9 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
   static_assert(BM % 8 == 0 && BM >= 8 && BM <= 256, "wgmma N is 8..256 in steps of 8");
   static_assert(N % kBlockN == 0 && K % BLOCK_K == 0, "shape must tile exactly");
   static_assert(valid_consumers(CONSUMERS), "2 or 4 consumer warpgroups");
+  static_assert(
+      setmaxnreg_fits_launch(threads(CONSUMERS), kProducerRegisters + CONSUMERS * consumer_registers(CONSUMERS)),
+      "setmaxnreg past the pool");
   static_assert(kSteps % 2 == 0, "the step ring starts every K block on fragment buffer 0");
   static_assert(EXPERTS >= 1 && EXPERTS <= Scheduler<MODE, BM, kNBlocks, EXPERTS>::kMaxGroups, "experts");
 

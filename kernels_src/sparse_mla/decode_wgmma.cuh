@@ -36,8 +36,7 @@ constexpr float kLn2 = 0.6931471805599453f;
 // CTA was given at launch waits forever.
 constexpr uint32_t kSRegisters = 88;
 constexpr uint32_t kPvRegisters = 208;
-static_assert((kSRegisters + 2 * kPvRegisters) * 128 <= 65536 / (kWgmmaWarps * 32) / 8 * 8 * (kWgmmaWarps * 32),
-              "setmaxnreg counts beyond the launch allocation (__launch_bounds__(384, 1): 168 a thread) hang");
+static_assert(setmaxnreg_fits_launch(kWgmmaWarps * 32, kSRegisters + 2 * kPvRegisters), "setmaxnreg past the pool");
 constexpr int kQColBytes = kWgmmaHeads * kWgmmaColBytes;        // one column block of Q
 constexpr int kKeyColBytes = kWgmmaBlockKeys * kWgmmaColBytes;  // one column block of a key block
 // Named barriers between the warpgroups (0 is __syncthreads): P of a block written / read, final stats;
@@ -75,9 +74,9 @@ __global__ void __launch_bounds__(kWgmmaWarps * 32, 1) sparse_mla_decode_wgmma_k
   uint32_t* raw_mask_s = reinterpret_cast<uint32_t*>(smem + S.raw_mask);
   float* inv_pre_s = reinterpret_cast<float*>(smem + S.inv_pre);
   uint64_t* raw_full = reinterpret_cast<uint64_t*>(smem + S.bars);  // [RS][2 halves]
-  uint64_t* raw_empty = raw_full + RS * kWgmmaHalves;                 // [RS][2 halves]
-  uint64_t* converted = raw_empty + RS * kWgmmaHalves;  // [2]: both P.V warpgroups stored their halves
-  uint64_t* stage_free = converted + 2;                 // [2]: S and both P.V of the stage's block are done
+  uint64_t* raw_empty = raw_full + RS * kWgmmaHalves;               // [RS][2 halves]
+  uint64_t* converted = raw_empty + RS * kWgmmaHalves;              // [2]: both P.V warpgroups stored their halves
+  uint64_t* stage_free = converted + 2;                             // [2]: S and both P.V of the stage's block are done
 
   // The warp index through a shuffle, so that ptxas sees the role branches as warp-uniform (wgmma in a
   // branch it thinks divergent is serialized).
@@ -319,7 +318,7 @@ __global__ void __launch_bounds__(kWgmmaWarps * 32, 1) sparse_mla_decode_wgmma_k
   // 8 (n / 4) + 2c + (n % 2) of rows r0 / r1 by (n / 2) % 2), alpha: the rows' max rescale. The tile
   // units move by powers of two, only when a block's scales leave [unit / 2^8, unit], and the running
   // max only in steps of > kStaleMax, so most blocks skip O's rescale (128 multiplies a thread).
-  auto issue_pv = [&](int ks, const float (&sp)[16], const float (&alpha)[2]) {
+  auto issue_pv = [&](int ks, const float(&sp)[16], const float(&alpha)[2]) {
     float nu[2];
     bool rescale = alpha[0] != 1.f || alpha[1] != 1.f;
 #pragma unroll
