@@ -90,9 +90,9 @@ constexpr int kWgmmaBlockKeys = 32;
 constexpr int kWgmmaWarps = 12;  // the S warpgroup, then the two P.V warpgroups
 constexpr int kWgmmaColBytes = 128;
 constexpr int kWgmmaRawStages = 3;
-constexpr int kWgmmaHalves = 2;                                     // P.V warpgroups: halves of a block's keys
-constexpr int kWgmmaHalfKeys = kWgmmaBlockKeys / kWgmmaHalves;      // keys one P.V warpgroup gathers and converts
-constexpr int kWgmmaConvertWarps = 4 * kWgmmaHalves;                // warps converting a block
+constexpr int kWgmmaHalves = 2;                                 // P.V warpgroups: halves of a block's keys
+constexpr int kWgmmaHalfKeys = kWgmmaBlockKeys / kWgmmaHalves;  // keys one P.V warpgroup gathers and converts
+constexpr int kWgmmaConvertWarps = 4 * kWgmmaHalves;            // warps converting a block
 
 struct WgmmaDecodeSmem {
   int col_blocks;       // 64-dim column blocks of a key or query row (8 NoPE, + 1 RoPE)
