@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# A kernel experiment against main in one device call (after tools/gpu_run.sh has built build-gpu): the
+# tree copied with PATCH applied (a bench/experiments/*.patch), its library built, the GPU tests of
+# PYTEST (pytest arguments) run on it, then BENCH (a bench script and its arguments) run A B A B on the
+# same inputs, main and patched alternating, each with its own kernel cache.
+# Usage: tools/ab_patch.sh OUTDIR PATCH "PYTEST" "BENCH"
+#   e.g. tools/ab_patch.sh "$OUT" bench/experiments/sparse_mla_wgmma_v11_producer_dequant.patch \
+#          "tests/python/test_sparse_mla_gpu.py" "bench/sparse_mla_bench.py --quick --no-baseline --cases fp8/h64,fp8/h128 --tokens 32,128"
+# Writes OUTDIR/ab_{build,pytest}.log, OUTDIR/ab_{main,patched}_{1,2}.{json,log}; CHORD_AB_LIMIT_S bounds each step (300).
+set -uo pipefail
+out=${1:?usage: tools/ab_patch.sh OUTDIR PATCH PYTEST BENCH}
+patch_file=$(realpath "${2:?usage: tools/ab_patch.sh OUTDIR PATCH PYTEST BENCH}")
+pytest_args=${3-}
+bench=${4-}
+cd "$(dirname "$0")/.."
+mkdir -p "$out"
+build=${CHORD_GPU_BUILD_DIR:-build-gpu}
+limit=${CHORD_AB_LIMIT_S:-300}
+tree=${CHORD_AB_TREE:-/tmp/chordrt-ab}
+rm -rf "$tree" && mkdir -p "$tree"
+# The tracked and untracked sources, not the build trees or the carried dependencies (linked instead).
+tar --exclude=./build --exclude=./build-gpu --exclude=./.git --exclude=./.deps --exclude=./.worktrees -cf - . | tar -xf - -C "$tree"
+[ -d .deps ] && ln -sfn "$PWD/.deps" "$tree/.deps"
+if ! (cd "$tree" && patch -p1 --quiet <"$patch_file") >"$out/ab_build.log" 2>&1; then
+  echo "ab_patch: $patch_file does not apply" | tee -a "$out/ab_build.log"
+  exit 1
+fi
+if ! (cd "$tree" && timeout "$limit" cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCHORD_BUILD_BENCH=OFF &&
+  timeout "$limit" cmake --build build-gpu --target chordrt chord-jit) >>"$out/ab_build.log" 2>&1; then
+  echo "ab_patch: the patched build failed (tail of $out/ab_build.log):"
+  tail -n 20 "$out/ab_build.log"
+  exit 1
+fi
+main_lib=$PWD/$build/libchordrt.so patched_lib=$tree/build-gpu/libchordrt.so
+export PYTHONPATH="$PWD/tools/python:$PWD/bench${PYTHONPATH:+:$PYTHONPATH}"
+status=0
+if [ -n "$pytest_args" ]; then
+  # shellcheck disable=SC2086  # the caller's pytest arguments, split as given
+  CHORDRT_LIBRARY=$patched_lib CHORD_JIT=$tree/build-gpu/chord-jit CHORD_CACHE_DIR=/tmp/chordrt-ab-cache-patched \
+    timeout "$limit" python3 -m pytest -q -rs $pytest_args >"$out/ab_pytest.log" 2>&1 || status=1
+  echo "ab_patch pytest (patched): $(tail -n 1 "$out/ab_pytest.log")"
+fi
+if [ -n "$bench" ]; then
+  for run in 1 2; do
+    for side in main patched; do
+      lib=$main_lib
+      [ "$side" = patched ] && lib=$patched_lib
+      # shellcheck disable=SC2086  # the bench script and its arguments, split as given
+      CHORDRT_LIBRARY=$lib CHORD_CACHE_DIR=/tmp/chordrt-ab-cache-$side timeout "$limit" python3 $bench \
+        --json "$out/ab_${side}_$run.json" >"$out/ab_${side}_$run.log" 2>&1 || status=1
+      echo "== $side, run $run"
+      grep -E " us " "$out/ab_${side}_$run.log" | cut -c1-110
+    done
+  done
+fi
+exit $status
