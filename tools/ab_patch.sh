@@ -6,6 +6,8 @@
 # Usage: tools/ab_patch.sh OUTDIR PATCH "PYTEST" "BENCH"
 #   e.g. tools/ab_patch.sh "$OUT" bench/experiments/sparse_mla_wgmma_v11_producer_dequant.patch \
 #          "tests/python/test_sparse_mla_gpu.py" "bench/sparse_mla_bench.py --quick --no-baseline --cases fp8/h64,fp8/h128 --tokens 32,128"
+# CHORD_AB_RACECHECK="PYTEST ARGS" also runs those tests on the patched library under compute-sanitizer
+# racecheck (chordrt's kernels only, as tools/gpu_run.sh does) into OUTDIR/ab_racecheck.log.
 # Writes OUTDIR/ab_{build,pytest}.log, OUTDIR/ab_{main,patched}_{1,2}.{json,log}; CHORD_AB_LIMIT_S bounds each step (300).
 set -uo pipefail
 out=${1:?usage: tools/ab_patch.sh OUTDIR PATCH PYTEST BENCH}
@@ -39,6 +41,13 @@ if [ -n "$pytest_args" ]; then
   CHORDRT_LIBRARY=$patched_lib CHORD_JIT=$tree/build-gpu/chord-jit CHORD_CACHE_DIR=/tmp/chordrt-ab-cache-patched \
     timeout "$limit" python3 -m pytest -q -rs $pytest_args >"$out/ab_pytest.log" 2>&1 || status=1
   echo "ab_patch pytest (patched): $(tail -n 1 "$out/ab_pytest.log")"
+fi
+if [ -n "${CHORD_AB_RACECHECK:-}" ]; then
+  # shellcheck disable=SC2086  # the caller's pytest arguments, split as given
+  CHORDRT_LIBRARY=$patched_lib CHORD_JIT=$tree/build-gpu/chord-jit CHORD_CACHE_DIR=/tmp/chordrt-ab-cache-patched \
+    timeout "$limit" compute-sanitizer --tool racecheck --kernel-name kns=chord --report-api-errors no \
+    --error-exitcode 1 python3 -m pytest -q -x $CHORD_AB_RACECHECK >"$out/ab_racecheck.log" 2>&1 || status=1
+  echo "ab_patch racecheck (patched): $(grep -E "RACECHECK SUMMARY" "$out/ab_racecheck.log" | sort | uniq -c | tr '\n' ' ')"
 fi
 if [ -n "$bench" ]; then
   for run in 1 2; do
