@@ -67,7 +67,7 @@ from humming_peer import (HUMMING_LOCKS, HUMMING_MISSING, announce_peer, heurist
 import w4a16_goals
 from w4a16_weights import checkpoint_pool, dequant_bf16
 
-KIMI = "Kimi K2"
+KIMI = w4a16_goals.KIMI
 TOP_K = 8  # Kimi K2's
 PREFILL_TOKENS = (1024, 2048, 4096, 8192, 16384)
 DECODE_TOKENS = (20, 50)

@@ -288,11 +288,11 @@ def indexed_section(path, ix):
              f"and Chord's published µs, ≥ 65% of dense from 4096 tokens at EP8, never slower than the baseline; "
              f"issue 16 for decode: ≤ 0.95× Humming, ≥ 85% of streaming read at 20 tokens): "
              f"{_goals_met(ix['results'], w4a16_goals.indexed_goal)} points met.")
-    models = sorted({r.get("model", "Kimi K2") for r in ix["results"]} - {"Kimi K2"})
+    models = sorted({w4a16_goals.row_model(r) for r in ix["results"]} - {w4a16_goals.KIMI})
     if models:
         intro += (f" Other shapes ({', '.join(models)}): the cases named after the model, defined in "
                   f"`bench/indexed_bench.py` (no Chord numbers published for them).")
-    keys = [("case", "---", lambda r: ("" if r.get("model", "Kimi K2") == "Kimi K2" else r["model"] + " ") +
+    keys = [("case", "---", lambda r: ("" if w4a16_goals.row_model(r) == w4a16_goals.KIMI else r["model"] + " ") +
              f"{r['parallel']} {r['phase']}"),
             ("projection", "---", lambda r: r["projection"]), ("tokens", "---:", lambda r: f"{r['tokens']}"),
             ("local routes", "---:", lambda r: f"{r['local_routes']:.0f}"),

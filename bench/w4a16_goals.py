@@ -6,6 +6,14 @@ A goal relative to a peer uses the same run's peer time (row["peer_us"]["humming
 H200 numbers as issue 15 quotes them; a point without either has no speed bound, only its other checks.
 """
 
+KIMI = "Kimi K2"  # the model the benchmarks measure by default
+
+
+def row_model(row):
+    """A result row's model (rows written before the benches measured other models carry none: Kimi K2)."""
+    return row.get("model", KIMI)
+
+
 # Chord's published H200 µs (issue 15's table), Kimi K2: (parallel, projection) -> {tokens in the step: µs}.
 CHORD_INDEXED = {
     ("EP8", "gate_up"): {1024: 314, 4096: 546, 16384: 1743},
@@ -32,9 +40,9 @@ def indexed_goal(row):
     us, checks, bound = row["chordrt_us"], {}, None
     humming = row.get("peer_us", {}).get("humming")
     if row["phase"] == "prefill":
-        # Chord published Kimi K2 only (rows before the other models carry no model field)
+        # Chord published Kimi K2 only
         chord = (CHORD_INDEXED.get((row["parallel"], row["projection"]), {}).get(row["tokens"])
-                 if row.get("model", "Kimi K2") == "Kimi K2" else None)
+                 if row_model(row) == KIMI else None)
         refs = [v for v in (humming, chord) if v is not None]
         if refs:
             bound = 0.90 * min(refs)
