@@ -114,10 +114,14 @@ TEST_CASE("grouped config errors name the field", "[grouped]") {
   CHECK_THAT(chordrt::heuristics::grouped_config_error(sc, {32, 2, 4, 4}), Contains("registers"));
   CHECK_THAT(chordrt::heuristics::grouped_config_error(s, {8, 1, 4, 4}), Contains("registers"));
   // The step ring holds one k16 step's fragments twice and the K block's words: two slices fit four
-  // consumers up to block_m 40 with 64-K blocks (512-row tiles).
-  CHECK(chordrt::heuristics::grouped_config_error(sc, {32, 2, 4, 4, 1}) == "");
-  CHECK(chordrt::heuristics::grouped_config_error(sc, {40, 2, 4, 4, 1}) == "");
-  CHECK_THAT(chordrt::heuristics::grouped_config_error(sc, {48, 2, 4, 4, 1}), Contains("registers"));
+  // consumers up to block_m 40 with 64-K blocks (512-row tiles) on short K, where the next tile's first
+  // K block is in flight too, and up to 48 on long K.
+  const GroupedShape short_k{GroupedMode::kContiguous, 4096, 256, 48};
+  CHECK(chordrt::heuristics::grouped_config_error(short_k, {32, 2, 4, 4, 1}) == "");
+  CHECK(chordrt::heuristics::grouped_config_error(short_k, {40, 2, 4, 4, 1}) == "");
+  CHECK_THAT(chordrt::heuristics::grouped_config_error(short_k, {48, 2, 4, 4, 1}), Contains("registers"));
+  CHECK(chordrt::heuristics::grouped_config_error(sc, {48, 2, 4, 4, 1}) == "");
+  CHECK_THAT(chordrt::heuristics::grouped_config_error(sc, {56, 2, 4, 4, 1}), Contains("registers"));
   CHECK_THAT(chordrt::heuristics::grouped_config_error(sc, {32, 2, 4, 4, 2}),
              Contains("step_ring must be 0 or 1, got 2"));
   // Their tile is 256 rows with one slice.

@@ -51,9 +51,9 @@ if [ -n "$pytest_args" ]; then
   echo "ab_patch pytest (patched): $(tail -n 1 "$out/ab_pytest.log")"
 fi
 if [ -n "${CHORD_AB_RACECHECK:-}" ]; then
-  # shellcheck disable=SC2086  # the caller's pytest arguments, split as given
+  eval "racecheck_args=($CHORD_AB_RACECHECK)"  # shell words, so that a quoted -k expression stays one argument
   patched compute-sanitizer --tool racecheck --kernel-name kns=chord --report-api-errors no --error-exitcode 1 \
-    python3 -m pytest -q -x $CHORD_AB_RACECHECK >"$out/ab_racecheck.log" 2>&1 || status=1
+    python3 -m pytest -q -x "${racecheck_args[@]}" >"$out/ab_racecheck.log" 2>&1 || status=1
   echo "ab_patch racecheck (patched): $(grep -E "RACECHECK SUMMARY" "$out/ab_racecheck.log" | sort | uniq -c | tr '\n' ' ')"
 fi
 if [ -n "$bench" ]; then
