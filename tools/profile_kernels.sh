@@ -18,6 +18,7 @@ set -uo pipefail
 family=${1:?usage: tools/profile_kernels.sh warp_decode|grouped|indexed|sparse_mla|dsa OUTDIR [cases...]}
 out=${2:?usage: tools/profile_kernels.sh warp_decode|grouped|indexed|sparse_mla|dsa OUTDIR [cases...]}
 shift 2
+mkdir -p "$out"
 cd "$(dirname "$0")/.."
 build=${CHORD_GPU_BUILD_DIR:-build-gpu}
 case "$family" in
