@@ -6,6 +6,7 @@ set -uo pipefail
 out=${1:?usage: tools/sweep_warp_decode.sh OUTDIR SHAPE FORMATS TOKENS VARIANT...}
 shape=$2 formats=$3 tokens=$4
 shift 4
+mkdir -p "$out"
 cd "$(dirname "$0")/.."
 build=${CHORD_GPU_BUILD_DIR:-build-gpu}
 for v in "$@"; do
