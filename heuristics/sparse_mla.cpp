@@ -74,10 +74,9 @@ SparseMlaConfig select_sparse_mla_kernel(const SparseMlaShape& s, const DeviceFa
     c.head_group = 16;
     c.warps = 4;
   }
-  // fp8_ds_mla at a multiple of 64 heads (where the grid covers the SMs): 64-head CTAs on wgmma
+  // A multiple of 64 heads (where the grid covers the SMs), either cache format: 64-head CTAs on wgmma
   // (decode_wgmma.cuh), each record gathered once per 64 heads.
-  if (s.format == chord::sparse_mla::kFp8DsMla && s.num_heads % chord::sparse_mla::kWgmmaHeads == 0 &&
-      c.head_group == 32) {
+  if (s.num_heads % chord::sparse_mla::kWgmmaHeads == 0 && c.head_group == 32) {
     c.head_group = chord::sparse_mla::kWgmmaHeads;
     c.warps = chord::sparse_mla::kWgmmaWarps;
     c.stages = kWgmmaStages;
@@ -150,7 +149,6 @@ std::string sparse_mla_config_error(const SparseMlaShape& s, const SparseMlaConf
   }
   if (s.num_heads % c.head_group != 0) return "head_group must divide num_heads";
   if (c.head_group == chord::sparse_mla::kWgmmaHeads) {
-    if (s.format != chord::sparse_mla::kFp8DsMla) return "head_group 64 (the wgmma kernel) serves fp8_ds_mla caches";
     if (c.warps != chord::sparse_mla::kWgmmaWarps || c.stages != kWgmmaStages) {
       return "head_group 64 (the wgmma kernel) runs 12 warps and 2 stages";
     }

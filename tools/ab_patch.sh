@@ -2,7 +2,7 @@
 # A kernel experiment against main in one device call (after tools/gpu_run.sh has built build-gpu): the
 # tree copied with PATCHES applied in order (comma-separated bench/experiments/*.patch, each on the ones
 # before it: v12 is a patch on v11), its library built, the GPU tests of
-# PYTEST (pytest arguments) run on it, then BENCH (a bench script and its arguments) run A B A B on the
+# PYTEST (pytest arguments, the patched tree's tests) run on it, then BENCH (a bench script and its arguments) run A B A B on the
 # same inputs, main and patched alternating, each with its own kernel cache.
 # Usage: tools/ab_patch.sh OUTDIR PATCHES "PYTEST" "BENCH"
 #   e.g. tools/ab_patch.sh "$OUT" bench/experiments/sparse_mla_wgmma_v11_producer_dequant.patch \
@@ -40,9 +40,10 @@ if ! (cd "$tree" && timeout "$limit" cmake -S . -B build-gpu -G Ninja -DCMAKE_BU
 fi
 main_lib=$PWD/$build/libchordrt.so patched_lib=$tree/build-gpu/libchordrt.so
 export PYTHONPATH="$PWD/tools/python:$PWD/bench${PYTHONPATH:+:$PYTHONPATH}"
-patched() {  # patched CMD...: CMD on the patched library, its chord-jit and its own kernel cache
-  CHORDRT_LIBRARY=$patched_lib CHORD_JIT=$tree/build-gpu/chord-jit CHORD_CACHE_DIR=/tmp/chordrt-ab-cache-patched \
-    timeout "$limit" "$@"
+patched() {  # patched CMD...: CMD in the patched tree (its tests, Python package and references) on the
+             # patched library, its chord-jit and its own kernel cache
+  (cd "$tree" && CHORDRT_LIBRARY=$patched_lib CHORD_JIT=$tree/build-gpu/chord-jit \
+    CHORD_CACHE_DIR=/tmp/chordrt-ab-cache-patched PYTHONPATH="$tree/tools/python:$tree/bench" timeout "$limit" "$@")
 }
 status=0
 if [ -n "$pytest_args" ]; then

@@ -85,11 +85,14 @@ def main() -> None:
             "// wgmma.mma_async m64nNk16 on 16-bit inputs, FP32 accumulators. WgmmaSs16<N, BF16>: F16 or BF16, A (64 x 16)\n"
             "// and B (N x 16) from shared memory through matrix descriptors, both K-major. WgmmaRsF16MnB<N>: F16,\n"
             "// A (4 registers per thread) from registers, B from shared memory MN-major (N contiguous; the\n"
-            "// descriptor's leading offset steps N by 64, its stride offset K by 8). accumulate = false overwrites d.",
-            "WgmmaSs16").replace("template <int N>\nstruct WgmmaSs16;", "template <int N, bool BF16>\nstruct WgmmaSs16;\ntemplate <int N>\nstruct WgmmaRsF16MnB;")
+            "// descriptor's leading offset steps N by 64, its stride offset K by 8). WgmmaSsF16MnB<N>: F16, A from shared\n"
+            "// memory K-major, B MN-major as for WgmmaRsF16MnB. accumulate = false overwrites d.",
+            "WgmmaSs16").replace("template <int N>\nstruct WgmmaSs16;", "template <int N, bool BF16>\nstruct WgmmaSs16;\n"
+                                 "template <int N>\nstruct WgmmaRsF16MnB;\ntemplate <int N>\nstruct WgmmaSsF16MnB;")
         + "".join(ss_variant(n, f"WgmmaSs16<{n}, {str(b).lower()}>", 16, "bf16" if b else "f16", ", 0, 0")
                   for n in (16, 32, 64) for b in (False, True))
-        + "".join(rs_variant(n, "WgmmaRsF16MnB", "f16", 1) for n in (64, 128, 256)),
+        + "".join(rs_variant(n, "WgmmaRsF16MnB", "f16", 1) for n in (64, 128, 256))
+        + "".join(ss_variant(n, f"WgmmaSsF16MnB<{n}>", 16, "f16", ", 0, 1") for n in (256,)),
     }
     for name, text in files.items():
         (ROOT / name).write_text(text + FOOTER)

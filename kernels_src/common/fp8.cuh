@@ -28,4 +28,15 @@ __device__ __forceinline__ void e4m3x4_to_f16x2(uint32_t x, uint32_t& lo, uint32
       : "r"(x));
 }
 
+// An F16 pair (x2 F16) times an FP32 scale as an F16 pair: one rounding of each exact product (relative
+// error <= 2^-11); products past F16's range saturate to +-65504.
+__device__ __forceinline__ uint32_t f16x2_scaled(uint32_t x2, float scale) {
+  uint32_t r;
+  asm("{\n\t.reg .b16 l, h;\n\t.reg .f32 fl, fh;\n\tmov.b32 {l, h}, %1;\n\tcvt.f32.f16 fl, l;\n\tcvt.f32.f16 fh, h;\n\t"
+      "mul.f32 fl, fl, %2;\n\tmul.f32 fh, fh, %2;\n\tcvt.rn.satfinite.f16x2.f32 %0, fh, fl;\n}"
+      : "=r"(r)
+      : "r"(x2), "f"(scale));
+  return r;
+}
+
 }  // namespace chord

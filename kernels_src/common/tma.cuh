@@ -69,6 +69,11 @@ __device__ __forceinline__ void tensor_copy_3d(void* smem, const void* tensor_ma
       : "memory");
 }
 
+// Asks L2 for `bytes` (a multiple of 16) at `p` (16-byte aligned), without waiting or using registers.
+__device__ __forceinline__ void bulk_prefetch_l2(const void* p, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+}
+
 __device__ __forceinline__ void prefetch_tensor_map(const void* tensor_map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(tensor_map) : "memory");
 }

@@ -36,6 +36,16 @@ __device__ __forceinline__ uint32_t pack_f16x2(float lo, float hi) {
   return r;
 }
 
+// A BF16 pair as an F16 pair: exact for magnitudes in F16's normal range (8 significant bits fit in 11),
+// saturated to +-65504 beyond it.
+__device__ __forceinline__ uint32_t bf16x2_to_f16x2_satfinite(uint32_t w) {
+  uint32_t r;
+  asm("cvt.rn.satfinite.f16x2.f32 %0, %1, %2;"
+      : "=r"(r)
+      : "f"(__uint_as_float(w & 0xffff0000u)), "f"(__uint_as_float(w << 16)));
+  return r;
+}
+
 __device__ __forceinline__ bf16 to_bf16(float f) {
   bf16 r;
   asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r.bits) : "f"(f));

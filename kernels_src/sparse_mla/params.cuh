@@ -79,54 +79,47 @@ CHORD_HD constexpr DecodeSmem decode_smem(int format, int rope, int hg, int warp
   return s;
 }
 
-// decode_wgmma.cuh (fp8_ds_mla, 64 heads a CTA): three warpgroups. The S warpgroup computes S and the
-// softmax and hands P over through shared memory; each of the two P.V warpgroups gathers half of every
-// 32-key block (16 records) into a raw ring, converts that half into the two-deep key ring and runs P.V
-// for 256 output dims. The query and each converted key block are stored as column blocks of 64 dims,
-// each [rows][128 bytes] in the 128-byte swizzle (16-byte chunk c of row r at r * 128 + (c ^ (r % 8)) *
-// 16): K-major for S = Q K^T, the same key bytes MN-major for P.V.
+// decode_wgmma.cuh (either cache format, 64 heads a CTA): three warpgroups over 64-key blocks. A producer
+// warpgroup loads each record's bytes into registers and stores the keys dequantized (E4M3 x tile scale,
+// or BF16, as F16; RoPE as BF16) into a two-deep key buffer; the S warpgroup computes S, the softmax and P.V for
+// output dims 0-255 (P from registers), the second P.V warpgroup dims 256-511 (P from shared memory).
+// The query and each key buffer are stored as column blocks of 64 dims, each [rows][128 bytes] in the
+// 128-byte swizzle (16-byte chunk c of row r at r * 128 + (c ^ (r % 8)) * 16): K-major for S = Q K^T,
+// the same key bytes MN-major for P.V; P is one such column block [64 heads][64 keys as F16].
 constexpr int kWgmmaHeads = 64;
-constexpr int kWgmmaBlockKeys = 32;
-constexpr int kWgmmaWarps = 12;  // the S warpgroup, then the two P.V warpgroups
+constexpr int kWgmmaBlockKeys = 64;
+constexpr int kWgmmaWarps = 12;  // the S warpgroup, the second P.V warpgroup, the producer
 constexpr int kWgmmaColBytes = 128;
-constexpr int kWgmmaRawStages = 3;
-constexpr int kWgmmaHalves = 2;                                 // P.V warpgroups: halves of a block's keys
-constexpr int kWgmmaHalfKeys = kWgmmaBlockKeys / kWgmmaHalves;  // keys one P.V warpgroup gathers and converts
-constexpr int kWgmmaConvertWarps = 4 * kWgmmaHalves;            // warps converting a block
+static_assert(kWgmmaBlockKeys == kBlockKeys, "split ranges are counted in decode blocks");
 
 struct WgmmaDecodeSmem {
-  int col_blocks;       // 64-dim column blocks of a key or query row (8 NoPE, + 1 RoPE)
-  int q;                // [col_blocks][64 heads][128 B]: NoPE as F16 prescaled per head, RoPE as BF16
-  int keys;             // [2 stages][col_blocks][32 keys][128 B]: NoPE E4M3 as F16 (exact), RoPE BF16
-  int key_stage_bytes;  //
-  int raw;              // [kWgmmaRawStages][32 keys][record]: the gathered records (keys 16 h.. by half h)
-  int probs;            // [5][128 threads] float4: a block's P (FP32, 4 float4 a thread), then its rescales
-  int stats;            // [128 threads] float4: the final row sums and maxima, S warpgroup -> P.V warpgroups
-  int key_scale;        // [2 stages][4 tiles][32 keys] FP32: the converted keys' scales (0: invalid key)
-  int tile_part;        // [2 stages][4 tiles][8 warps] FP32: largest scale magnitude of a converting warp's keys
-  int key_bias;         // [2 stages][32 keys] FP32: 0 for a valid key, -inf for an invalid one (S's mask)
-  int raw_mask;         // [kWgmmaRawStages][2 halves] u32: valid keys of a gathered half block
-  int inv_pre;          // [64] q prescales
-  int bars;             // raw_full[RS][2], raw_empty[RS][2], converted[2], stage_free[2]
-  int bytes;            // plus 1024 for aligning the base
+  int col_blocks;        // 64-dim column blocks of a key or query row (8 NoPE, + 1 RoPE)
+  int q;                 // [col_blocks][64 heads][128 B]: q x 2^e (per head): NoPE as F16, RoPE as BF16
+  int keys;              // [2 buffers][col_blocks][64 keys][128 B]: NoPE E4M3 x tile scale as F16, RoPE BF16
+  int key_buffer_bytes;  //
+  int probs;             // [64 heads][128 B]: a block's P as F16, for the second P.V warpgroup
+  int alpha;             // [64] FP32: the block's row rescales (1 where the running max stayed)
+  int denom;             // [64] FP32: the rows' final softmax denominators (0: no valid key)
+  int sink;              // [64] FP32: the attention sink x log2(e) (-inf: none, or split-K)
+  int key_bias;          // [2 buffers][64 keys] FP32: 0 for a valid key, -inf for an invalid one
+  int inv_pre;           // [64] FP32: 2^-e, q's prescale undone
+  int bars;              // key_full[2], key_empty[2], probs_full, probs_empty, stats_ready
+  int bytes;             // plus 1024 for aligning the base
 };
 CHORD_HD constexpr WgmmaDecodeSmem wgmma_decode_smem(int rope) {
-  const RecordLayout r = record_layout(kFp8DsMla, rope);
   WgmmaDecodeSmem s{};
   s.col_blocks = (kNopeDims + rope) / 64;
   s.q = 0;
   s.keys = s.q + s.col_blocks * kWgmmaHeads * kWgmmaColBytes;
-  s.key_stage_bytes = s.col_blocks * kWgmmaBlockKeys * kWgmmaColBytes;
-  s.raw = s.keys + 2 * s.key_stage_bytes;
-  s.probs = s.raw + kWgmmaRawStages * kWgmmaBlockKeys * r.bytes;
-  s.stats = s.probs + 5 * 128 * 16;
-  s.key_scale = s.stats + 128 * 16;
-  s.tile_part = s.key_scale + 2 * kTiles * kWgmmaBlockKeys * 4;
-  s.key_bias = s.tile_part + 2 * kTiles * kWgmmaConvertWarps * 4;
-  s.raw_mask = s.key_bias + 2 * kWgmmaBlockKeys * 4;
-  s.inv_pre = s.raw_mask + kWgmmaRawStages * kWgmmaHalves * 4;
+  s.key_buffer_bytes = s.col_blocks * kWgmmaBlockKeys * kWgmmaColBytes;
+  s.probs = s.keys + 2 * s.key_buffer_bytes;
+  s.alpha = s.probs + kWgmmaHeads * kWgmmaColBytes;
+  s.denom = s.alpha + kWgmmaHeads * 4;
+  s.sink = s.denom + kWgmmaHeads * 4;
+  s.key_bias = s.sink + kWgmmaHeads * 4;
+  s.inv_pre = s.key_bias + 2 * kWgmmaBlockKeys * 4;
   s.bars = (s.inv_pre + kWgmmaHeads * 4 + 7) / 8 * 8;
-  s.bytes = s.bars + (2 * kWgmmaRawStages * kWgmmaHalves + 4) * 8 + 1024;
+  s.bytes = s.bars + 7 * 8 + 1024;
   return s;
 }
 static_assert(wgmma_decode_smem(64).bytes <= 227 * 1024, "one WGMMA decode CTA per SM");

@@ -40,7 +40,8 @@ KernelProgram SparseMlaDecodeFamily::program(const K& k) {
   p.threads = static_cast<uint32_t>(32 * k.warps);
   if (k.head_group == sm::kWgmmaHeads) {
     p.header = "sparse_mla/decode_wgmma.cuh";
-    p.name_expression = fmt::format("chord::sparse_mla::sparse_mla_decode_wgmma_kernel<{}, {}>", k.rope_dims, k.heads);
+    p.name_expression =
+        fmt::format("chord::sparse_mla::sparse_mla_decode_wgmma_kernel<{}, {}, {}>", k.format, k.rope_dims, k.heads);
     p.dynamic_smem = static_cast<uint32_t>(sm::wgmma_decode_smem(k.rope_dims).bytes);
     return p;
   }

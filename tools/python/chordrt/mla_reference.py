@@ -66,9 +66,10 @@ def records_of(kv, format):
     return quantize_fp8_ds_mla(kv) if _format_name(format) == "fp8_ds_mla" else bf16_records(kv)
 
 
-def records_to_fp32(cache, format, rope_dims: int, dtype=torch.float32):
+def records_to_fp32(cache, format, rope_dims: int, dtype=torch.float32, latent_f16=False):
     """[num_slots, 512 + rope_dims] (dtype, float32 by default): every record of `cache` (any dtype,
-    contiguous) decoded: e4m3 * its tile's scale, RoPE / bf16 values widened. NaN records stay NaN."""
+    contiguous) decoded: e4m3 * its tile's scale, RoPE / bf16 values widened. NaN records stay NaN.
+    latent_f16: the 512 latent values rounded to F16 once (as the 64-head wgmma kernel stores its keys)."""
     rec = record_bytes(format, rope_dims)
     raw = cache.contiguous().reshape(-1).view(torch.uint8)
     if raw.numel() % rec != 0:
@@ -76,14 +77,16 @@ def records_to_fp32(cache, format, rope_dims: int, dtype=torch.float32):
     raw = raw.reshape(-1, rec)
     n = raw.shape[0]
     if _format_name(format) == "bf16":
-        return raw.view(torch.bfloat16).to(dtype)
-    lat = raw[:, :LATENT_DIMS].contiguous().view(torch.float8_e4m3fn).to(dtype).reshape(n, TILES, TILE)
-    scale = raw[:, LATENT_DIMS:LATENT_DIMS + 4 * TILES].contiguous().view(torch.float32).to(dtype)
-    lat = (lat * scale[..., None]).reshape(n, LATENT_DIMS)
-    if rope_dims == 0:
-        return lat
-    rope = raw[:, LATENT_DIMS + 4 * TILES:].contiguous().view(torch.bfloat16).to(dtype)
-    return torch.cat([lat, rope], dim=1)
+        kv = raw.view(torch.bfloat16).to(dtype)
+        lat, rope = kv[:, :LATENT_DIMS], kv[:, LATENT_DIMS:]
+    else:
+        lat = raw[:, :LATENT_DIMS].contiguous().view(torch.float8_e4m3fn).to(dtype).reshape(n, TILES, TILE)
+        scale = raw[:, LATENT_DIMS:LATENT_DIMS + 4 * TILES].contiguous().view(torch.float32).to(dtype)
+        lat = (lat * scale[..., None]).reshape(n, LATENT_DIMS)
+        rope = raw[:, LATENT_DIMS + 4 * TILES:].contiguous().view(torch.bfloat16).to(dtype)
+    if latent_f16:
+        lat = lat.to(torch.float16).to(dtype)
+    return torch.cat([lat, rope], dim=1) if rope_dims else lat
 
 
 def valid_mask(indices, num_slots: int, topk_length=None):
