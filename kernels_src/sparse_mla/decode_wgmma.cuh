@@ -58,7 +58,7 @@ __global__ void __launch_bounds__(kWgmmaWarps * 32, 1) sparse_mla_decode_wgmma_k
   constexpr RecordLayout R = record_layout(FORMAT, ROPE);
   static_assert(R.bytes > 0 && R.bytes % 16 == 0, "RoPE dims 64, or 0 on NoPE layers; records move as 16-byte pieces");
   static_assert(H % kWgmmaHeads == 0, "whole groups of 64 heads");
-  constexpr int kNope = kNopeDims / 64;              // NoPE column blocks
+  constexpr int kNope = kNopeDims / 64;  // NoPE column blocks
 
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024 - (smem_address(smem_raw) & 1023)) & 1023);
@@ -70,11 +70,11 @@ __global__ void __launch_bounds__(kWgmmaWarps * 32, 1) sparse_mla_decode_wgmma_k
   float* sink_s = reinterpret_cast<float*>(smem + S.sink);
   float* key_bias_s = reinterpret_cast<float*>(smem + S.key_bias);
   float* inv_pre_s = reinterpret_cast<float*>(smem + S.inv_pre);
-  uint64_t* key_full = reinterpret_cast<uint64_t*>(smem + S.bars);  // [2]: the producer(s) stored the block
-  uint64_t* key_empty = key_full + 2;      // [2]: S and both P.V warpgroups (of both CTAs of a pair) are done
+  uint64_t* key_full = reinterpret_cast<uint64_t*>(smem + S.bars);  // [2]: the producer stored the block
+  uint64_t* key_empty = key_full + 2;      // [2]: S and both P.V warpgroups are done with the buffer
   uint64_t* probs_full = key_empty + 2;    // P and the rescales of a block written (S warpgroup)
   uint64_t* probs_empty = probs_full + 1;  // ... and read by the second P.V warpgroup's wgmma
-  uint64_t* stats_ready = probs_empty + 1;
+  uint64_t* denom_ready = probs_empty + 1;  // the rows' final denominators written (S warpgroup)
 
   // The warp index through a shuffle, so that ptxas sees the role branches as warp-uniform (wgmma in a
   // branch it thinks divergent is serialized).
@@ -100,7 +100,7 @@ __global__ void __launch_bounds__(kWgmmaWarps * 32, 1) sparse_mla_decode_wgmma_k
     }
     mbarrier_init(probs_full, 128);
     mbarrier_init(probs_empty, 128);
-    mbarrier_init(stats_ready, 128);
+    mbarrier_init(denom_ready, 128);
     fence_barrier_init();
   }
 
@@ -341,7 +341,7 @@ __global__ void __launch_bounds__(kWgmmaWarps * 32, 1) sparse_mla_decode_wgmma_k
       mbarrier_arrive(probs_empty);
       mbarrier_arrive(&key_empty[b]);
     }
-    mbarrier_wait(stats_ready, 0);
+    mbarrier_wait(denom_ready, 0);
     const float denom[2] = {denom_s[r0], denom_s[r1]};
     epilogue(denom);
     return;
@@ -484,7 +484,7 @@ __global__ void __launch_bounds__(kWgmmaWarps * 32, 1) sparse_mla_decode_wgmma_k
     denom[r] = m_run[r] != -inf_f32() ? l_fin[r] + exp2f(sink_s[r ? r1 : r0] - m_run[r]) : 0.f;
   }
   if (c == 0) denom_s[r0] = denom[0], denom_s[r1] = denom[1];
-  mbarrier_arrive(stats_ready);
+  mbarrier_arrive(denom_ready);
   if (c == 0) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {

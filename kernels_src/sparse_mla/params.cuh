@@ -103,7 +103,7 @@ struct WgmmaDecodeSmem {
   int sink;              // [64] FP32: the attention sink x log2(e) (-inf: none, or split-K)
   int key_bias;          // [2 buffers][64 keys] FP32: 0 for a valid key, -inf for an invalid one
   int inv_pre;           // [64] FP32: 2^-e, q's prescale undone
-  int bars;              // key_full[2], key_empty[2], probs_full, probs_empty, stats_ready
+  int bars;              // key_full[2], key_empty[2], probs_full, probs_empty, denom_ready
   int bytes;             // plus 1024 for aligning the base
 };
 CHORD_HD constexpr WgmmaDecodeSmem wgmma_decode_smem(int rope) {
