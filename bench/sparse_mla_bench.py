@@ -12,7 +12,9 @@ Bytes = the selected valid records (T * topk * record bytes) + q + out + lse; TF
 valid keys * (576 + 512) (512 + 512 NoPE); fractions of the same run's streaming-read bandwidth and dense
 BF16 GEMM rate. Baseline, same process, graph-captured: gather the records, dequantize to BF16, BF16 bmm
 for the logits, FP32 softmax, BF16 bmm for the output. Accuracy of both vs an FP64 reference on the
-dequantized records (first input set). Targets (the issue): h=8 at T=1/8/32/128/256 within 6/8/16/52/100
+dequantized records (first input set). Gather ceiling, same indices and records: a Triton kernel that
+only reads each selected record once (summing its words) — what any kernel must at least spend moving those
+bytes as random 656/1152-byte rows; `fraction_of_gather` = gather µs / chordrt µs. Targets (the issue): h=8 at T=1/8/32/128/256 within 6/8/16/52/100
 µs; h=16 within 15% of h=8 at the same T; h=128 at T=128 >= 400 TFLOP/s.
 Usage: sparse_mla_bench.py [--json FILE | --out FILE] [--quick] [--cases fp8/h8,...] [--budget-s S] [--no-baseline]
 Without --json / --out the result goes to bench/results/sparse_mla_bench-<device>-<date><letter>.json.
@@ -25,6 +27,8 @@ import time
 from dataclasses import dataclass
 
 import torch
+import triton
+import triton.language as tl
 
 try:
     import chordrt
@@ -57,6 +61,7 @@ class Case:
 CASES = (
     Case("fp8/h8", "fp8_ds_mla", 64, 8, (1, 8, 32, 128, 256)),
     Case("fp8/h16", "fp8_ds_mla", 64, 16, (1, 8, 32, 128, 256)),
+    Case("fp8/h32", "fp8_ds_mla", 64, 32, (1, 32, 128)),
     Case("fp8/h64", "fp8_ds_mla", 64, 64, (1, 32, 128)),
     Case("fp8/h128", "fp8_ds_mla", 64, 128, (1, 32, 128)),
     Case("fp8-nope/h16", "fp8_ds_mla", 0, 16, (128,)),
@@ -68,6 +73,17 @@ CASES = (
 TARGET_US = {"fp8/h8": {1: 8, 8: 10, 32: 18, 128: 52}, "fp8/h64": {1: 15, 128: 105}, "fp8/h128": {1: 15}}
 H16_OVER_H8 = 1.15  # h=16 within 15% of h=8 at the same T
 TARGET_TFLOPS = {"fp8/h128": {128: 450}}
+
+
+@triton.jit
+def _gather_kernel(cache_ptr, idx_ptr, out_ptr, REC_WORDS: tl.constexpr, KEYS: tl.constexpr, COLS: tl.constexpr):
+    """Reads KEYS selected records (REC_WORDS int32 each) and writes their word sum: a pure gather."""
+    pid = tl.program_id(0)
+    rows = tl.load(idx_ptr + pid * KEYS + tl.arange(0, KEYS)).to(tl.int64)
+    cols = tl.arange(0, COLS)
+    ptrs = cache_ptr + tl.multiple_of(rows * REC_WORDS, 4)[:, None] + cols[None, :]
+    words = tl.load(ptrs, mask=(cols < REC_WORDS)[None, :], other=0)
+    tl.store(out_ptr + pid, tl.sum(tl.sum(words, axis=1), axis=0))
 
 
 def dequant_bf16(rec, format, rope):
@@ -129,11 +145,22 @@ class Point:
                                                                  rope_dims=case.rope)
         # One workspace for all sets: the calls run one after another on one stream.
         self.ws = torch.empty(max(self.ws_bytes, 16), dtype=torch.uint8, device=dev)
+        self.gather_sums = torch.empty(tokens * TOPK // 32, dtype=torch.int32, device=dev)
 
     def chord_call(self, i):
         c = self.case
         return lambda: chordrt.sparse_mla_decode(self.q[i], self.cache, self.indices[i], self.scale, format=c.format,
                                                  out=self.out[i], lse=self.lse[i], workspace=self.ws)
+
+    def gather_call(self, i):
+        words = self.rec_bytes // 4
+        keys = 32
+        cache = self.cache.view(torch.int32)
+        idx = self.indices[i]
+        sums = self.gather_sums
+        grid = (idx.numel() // keys,)
+        return lambda: _gather_kernel[grid](cache, idx, sums, REC_WORDS=words, KEYS=keys,
+                                            COLS=triton.next_power_of_2(words))
 
     def torch_call(self, i):
         return lambda: torch_decode(self.q[i], self.cache, self.indices[i], self.scale, self.case.format,
@@ -158,6 +185,8 @@ def bench_point(case, tokens, ceil, args, h8_us):
         "chordrt_tflops": point.flops / us / 1e6,
     }
     row["fraction_of_stream_read"] = row["chordrt_tbps"] / ceil["stream_read_tbps"]
+    row["gather_us"] = graph_time_us([point.gather_call(i) for i in range(point.n_sets)], replays, rounds)
+    row["fraction_of_gather"] = row["gather_us"] / us
     row["fraction_of_dense_bf16"] = row["chordrt_tflops"] / ceil["dense_bf16_tflops"]
     target_us = TARGET_US.get(case.name, {}).get(tokens)
     if case.name == "fp8/h16" and tokens in h8_us:
@@ -190,7 +219,7 @@ def bench_point(case, tokens, ceil, args, h8_us):
         verdict = "target -"
     print(f"{case.name:<13} T {tokens:>4} {us:8.2f} us {row['chordrt_tbps']:5.2f} TB/s "
           f"({100 * row['fraction_of_stream_read']:3.0f}% read) {row['chordrt_tflops']:6.1f} TFLOP/s "
-          f"({100 * row['fraction_of_dense_bf16']:3.0f}% dense)  "
+          f"({100 * row['fraction_of_dense_bf16']:3.0f}% dense) gather {row['gather_us']:7.2f} us  "
           f"baseline {row.get('baseline_us', float('nan')):8.1f} us "
           f"x{row.get('speedup_vs_baseline', float('nan')):5.2f}  {verdict}  sets {point.n_sets} "
           f"err {row['chordrt_error']['rel_err']:.2e}", flush=True)

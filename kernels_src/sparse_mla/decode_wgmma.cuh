@@ -12,7 +12,8 @@
 //    prescaled by the same power of two per head, exact in F16 / BF16), the online softmax, and P.V for
 //    output dims 0-255 with P (F16) from registers; it hands P and the rows' rescales to
 //  - the second P.V warpgroup, which runs P.V for dims 256-511 with P from shared memory.
-// A key buffer goes back to the producer once S and both P.V warpgroups are done with it. P stays below
+// A key buffer goes back to the producer once S and both P.V warpgroups are done with it; at the end both
+// P.V warpgroups stage O in shared memory (over Q and the key buffers) and write whole rows. P stays below
 // 2^8: the running max moves only when a block's exceeds it by more than kStaleMax, so O's rescale (by the
 // moved max) is rare. Every hand-off is on an mbarrier (compute-sanitizer's racecheck models those, not
 // bar.arrive: tools/racecheck_named_barrier_probe.cu).
@@ -75,6 +76,9 @@ __global__ void __launch_bounds__(kWgmmaWarps * 32, 1) sparse_mla_decode_wgmma_k
   uint64_t* probs_full = key_empty + 2;    // P and the rescales of a block written (S warpgroup)
   uint64_t* probs_empty = probs_full + 1;  // ... and read by the second P.V warpgroup's wgmma
   uint64_t* denom_ready = probs_empty + 1;  // the rows' final denominators written (S warpgroup)
+  uint64_t* pv_done = denom_ready + 1;      // the second P.V warpgroup's last wgmma complete
+  uint64_t* staged = pv_done + 1;           // both warpgroups' O in the staging rows
+  uint64_t* q_full = staged + 1;            // Q's rows landed (in key buffer 0)
 
   // The warp index through a shuffle, so that ptxas sees the role branches as warp-uniform (wgmma in a
   // branch it thinks divergent is serialized).
@@ -101,28 +105,40 @@ __global__ void __launch_bounds__(kWgmmaWarps * 32, 1) sparse_mla_decode_wgmma_k
     mbarrier_init(probs_full, 128);
     mbarrier_init(probs_empty, 128);
     mbarrier_init(denom_ready, 128);
+    mbarrier_init(pv_done, 128);
+    mbarrier_init(staged, 256);
+    mbarrier_init(q_full, 1);
     fence_barrier_init();
   }
+  __syncthreads();  // the barriers initialized before anyone waits on them
 
-  // Q -> shared: warp per head; lane l holds dims 16l..16l+15 (column block l / 4, chunks 2(l % 4), +1).
-  // The RoPE dims take the head's NoPE prescale too (a power of two: exact in BF16), so S is one sum.
+  // Q -> shared: the group's 64 rows arrive in key buffer 0 by one bulk copy (one round of memory latency;
+  // ncu: a warp loading its six heads' rows in turn spent a third of a one-block CTA's time there), then
+  // warp per head, lane l holds dims 16l..16l+15 (column block l / 4, chunks 2(l % 4), +1). The RoPE dims
+  // take the head's NoPE prescale too (a power of two: exact in BF16), so S is one sum.
+  constexpr uint32_t kQBytes = kWgmmaHeads * R.dims * 2;
+  static_assert(kQBytes <= S.key_buffer_bytes, "Q's rows fit in key buffer 0");
+  if (threadIdx.x == 0) {
+    mbarrier_arrive_expect_bytes(q_full, kQBytes);
+    bulk_copy(keys_s, p.q + (t * H + head0) * R.dims, kQBytes, q_full);
+  }
+  if (threadIdx.x < kWgmmaHeads) {
+    sink_s[threadIdx.x] = p.splits == 1 && p.sink ? p.sink[head0 + threadIdx.x] * kLog2e : -inf_f32();
+  }
+  mbarrier_wait(q_full, 0);
   for (int hh = warp; hh < kWgmmaHeads; hh += kWgmmaWarps) {
-    const bf16* qrow = p.q + (t * H + head0 + hh) * R.dims;
-    const uint4 v0 = *reinterpret_cast<const uint4*>(qrow + lane * 16);
-    const uint4 v1 = *reinterpret_cast<const uint4*>(qrow + lane * 16 + 8);
+    const uint8_t* qrow = keys_s + hh * R.dims * 2;
     uint4 lo, hi;
-    const float inv_pre = q_to_f16_prescaled(v0, v1, lo, hi);
+    const float inv_pre = q_to_f16_prescaled(*reinterpret_cast<const uint4*>(qrow + lane * 32),
+                                             *reinterpret_cast<const uint4*>(qrow + lane * 32 + 16), lo, hi);
     uint8_t* col = q_s + (lane / 4) * kQColBytes;
     *reinterpret_cast<uint4*>(col + swizzled(hh, 2 * (lane % 4))) = lo;
     *reinterpret_cast<uint4*>(col + swizzled(hh, 2 * (lane % 4) + 1)) = hi;
-    if (lane == 0) {
-      inv_pre_s[hh] = inv_pre;
-      sink_s[hh] = p.splits == 1 && p.sink ? p.sink[head0 + hh] * kLog2e : -inf_f32();
-    }
+    if (lane == 0) inv_pre_s[hh] = inv_pre;
     if constexpr (ROPE > 0) {
       if (lane < ROPE / 8) {
         const float pre = __uint_as_float(0x7f000000u - __float_as_uint(inv_pre));  // 1 / inv_pre: 2^e
-        const uint4 r = *reinterpret_cast<const uint4*>(qrow + kNopeDims + lane * 8);
+        const uint4 r = *reinterpret_cast<const uint4*>(qrow + 2 * kNopeDims + lane * 16);
         const uint32_t w[4] = {r.x, r.y, r.z, r.w};
         uint32_t o[4];
 #pragma unroll
@@ -299,24 +315,43 @@ __global__ void __launch_bounds__(kWgmmaWarps * 32, 1) sparse_mla_decode_wgmma_k
       for (int n = 0; n < 128; ++n) o[n] *= alpha[(n >> 1) & 1];
     }
   };
-  // The epilogue of this warpgroup's 256 dims, from the rows' final denominators (0: no valid key).
+  // The epilogue, from the rows' final denominators (0: no valid key): this warpgroup's 256 dims of O into
+  // the staging rows (over Q and the key buffers: every wgmma of both warpgroups is done by then), then
+  // the 256 threads of both write whole rows, 16 bytes a store (ncu: the 8-byte fragment stores split in
+  // two went out half a sector at a time and took a third of a one-block CTA's time).
   auto epilogue = [&](const float(&denom)[2]) {
-    const bool split_mode = p.splits > 1;
+    float* out_s = reinterpret_cast<float*>(smem + S.out);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int head = r ? r1 : r0;
-      const int64_t th = t * H + head0 + head;
       const float f = denom[r] > 0.f ? 1.f / denom[r] : 0.f;
+      float* row = out_s + (r ? r1 : r0) * kWgmmaOutRow + 256 * role + 2 * c;
 #pragma unroll
       for (int i = 0; i < 32; ++i) {
         const int n = 4 * i + 2 * r;
-        const int d = 256 * role + 8 * i + 2 * c;
-        const float a = o[n] * f, b = o[n + 1] * f;
-        if (split_mode) {
-          *reinterpret_cast<float2*>(p.part_out + (th * p.splits + split) * kNopeDims + d) = make_float2(a, b);
-        } else {
-          *reinterpret_cast<uint32_t*>(p.out + th * kNopeDims + d) = pack_bf16x2(a, b);
-        }
+        *reinterpret_cast<float2*>(row + 8 * i) = make_float2(o[n] * f, o[n + 1] * f);
+      }
+    }
+    mbarrier_arrive(staged);
+    mbarrier_wait(staged, 0);
+    const int tid = threadIdx.x;  // 0-255: the S and second P.V warpgroups
+    if (p.splits > 1) {
+      constexpr int kPer = kNopeDims / 4;  // float4 a row
+#pragma unroll 8
+      for (int k = tid; k < kWgmmaHeads * kPer; k += 256) {
+        const int row = k / kPer, q = k % kPer;
+        const int64_t th = t * H + head0 + row;
+        *reinterpret_cast<float4*>(p.part_out + (th * p.splits + split) * kNopeDims + 4 * q) =
+            *reinterpret_cast<const float4*>(out_s + row * kWgmmaOutRow + 4 * q);
+      }
+    } else {
+      constexpr int kPer = kNopeDims / 8;  // 8 BF16 a store
+#pragma unroll 8
+      for (int k = tid; k < kWgmmaHeads * kPer; k += 256) {
+        const int row = k / kPer, q = k % kPer;
+        const float4 a = *reinterpret_cast<const float4*>(out_s + row * kWgmmaOutRow + 8 * q);
+        const float4 b = *reinterpret_cast<const float4*>(out_s + row * kWgmmaOutRow + 8 * q + 4);
+        *reinterpret_cast<uint4*>(p.out + (t * H + head0 + row) * kNopeDims + 8 * q) =
+            make_uint4(pack_bf16x2(a.x, a.y), pack_bf16x2(a.z, a.w), pack_bf16x2(b.x, b.y), pack_bf16x2(b.z, b.w));
       }
     }
   };
@@ -341,6 +376,7 @@ __global__ void __launch_bounds__(kWgmmaWarps * 32, 1) sparse_mla_decode_wgmma_k
       mbarrier_arrive(probs_empty);
       mbarrier_arrive(&key_empty[b]);
     }
+    mbarrier_arrive(pv_done);
     mbarrier_wait(denom_ready, 0);
     const float denom[2] = {denom_s[r0], denom_s[r1]};
     epilogue(denom);
@@ -498,6 +534,7 @@ __global__ void __launch_bounds__(kWgmmaWarps * 32, 1) sparse_mla_decode_wgmma_k
       }
     }
   }
+  mbarrier_wait(pv_done, 0);
   epilogue(denom);
 }
 

@@ -18,7 +18,8 @@ constexpr int kBlockKeys = 64;  // keys per decode pipeline stage
 constexpr int kMaxHeads = 128;
 constexpr int kMaxSplits = 64;
 constexpr int kMaxTokens = 65535;               // grid.y
-constexpr int kCombineThreads = kNopeDims / 4;  // 4 dims per thread
+constexpr int kCombineGroups = 4;                               // of the splits, one per 128 threads
+constexpr int kCombineThreads = kCombineGroups * kNopeDims / 4;  // 4 dims per thread
 constexpr int kCacheWriteWarps = 4;             // one warp per token row
 
 enum CacheFormat : int { kFp8DsMla = 0, kBf16 = 1 };
@@ -96,6 +97,7 @@ struct WgmmaDecodeSmem {
   int col_blocks;        // 64-dim column blocks of a key or query row (8 NoPE, + 1 RoPE)
   int q;                 // [col_blocks][64 heads][128 B]: q x 2^e (per head): NoPE as F16, RoPE as BF16
   int keys;              // [2 buffers][col_blocks][64 keys][128 B]: NoPE E4M3 x tile scale as F16, RoPE BF16
+                         // (buffer 0 holds Q's BF16 rows first, while the prologue converts them)
   int key_buffer_bytes;  //
   int probs;             // [64 heads][128 B]: a block's P as F16, for the second P.V warpgroup
   int alpha;             // [64] FP32: the block's row rescales (1 where the running max stayed)
@@ -103,9 +105,14 @@ struct WgmmaDecodeSmem {
   int sink;              // [64] FP32: the attention sink x log2(e) (-inf: none, or split-K)
   int key_bias;          // [2 buffers][64 keys] FP32: 0 for a valid key, -inf for an invalid one
   int inv_pre;           // [64] FP32: 2^-e, q's prescale undone
-  int bars;              // key_full[2], key_empty[2], probs_full, probs_empty, denom_ready
+  int bars;              // key_full[2], key_empty[2], probs_full, probs_empty, denom_ready, pv_done, staged,
+                         // q_full
+  int out;               // [64 heads][kWgmmaOutRow] FP32: O normalized, at the end (over Q and the key buffers)
   int bytes;             // plus 1024 for aligning the base
 };
+// Rows of the output staging 8 words past a multiple of 32: a warp's 8-byte fragment stores take two
+// wavefronts, the fewest 256 bytes can.
+constexpr int kWgmmaOutRow = kNopeDims + 8;
 CHORD_HD constexpr WgmmaDecodeSmem wgmma_decode_smem(int rope) {
   WgmmaDecodeSmem s{};
   s.col_blocks = (kNopeDims + rope) / 64;
@@ -119,9 +126,12 @@ CHORD_HD constexpr WgmmaDecodeSmem wgmma_decode_smem(int rope) {
   s.key_bias = s.sink + kWgmmaHeads * 4;
   s.inv_pre = s.key_bias + 2 * kWgmmaBlockKeys * 4;
   s.bars = (s.inv_pre + kWgmmaHeads * 4 + 7) / 8 * 8;
-  s.bytes = s.bars + 7 * 8 + 1024;
+  s.out = 0;
+  s.bytes = s.bars + 10 * 8 + 1024;
   return s;
 }
+static_assert(kWgmmaHeads * kWgmmaOutRow * 4 <= wgmma_decode_smem(0).probs,
+              "the output staging fits over Q and the key buffers");
 static_assert(wgmma_decode_smem(64).bytes <= 227 * 1024, "one WGMMA decode CTA per SM");
 
 // decode.cuh's by-value argument (runtime/ops/sparse_mla.cpp fills this same struct).
