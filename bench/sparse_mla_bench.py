@@ -16,7 +16,7 @@ dequantized records (first input set). Gather ceiling, same indices and records:
 only reads each selected record once (summing its words) — what any kernel must at least spend moving those
 bytes as random 656/1152-byte rows; `fraction_of_gather` = gather µs / chordrt µs. Targets (the issue): h=8 at T=1/8/32/128/256 within 6/8/16/52/100
 µs; h=16 within 15% of h=8 at the same T; h=128 at T=128 >= 400 TFLOP/s.
-Usage: sparse_mla_bench.py [--json FILE | --out FILE] [--quick] [--cases fp8/h8,...] [--budget-s S] [--no-baseline]
+Usage: sparse_mla_bench.py [--json FILE | --out FILE] [--quick] [--cases fp8/h8,...] [--budget-s S] [--no-baseline] [--no-gather]
 Without --json / --out the result goes to bench/results/sparse_mla_bench-<device>-<date><letter>.json.
 """
 import argparse
@@ -185,8 +185,9 @@ def bench_point(case, tokens, ceil, args, h8_us):
         "chordrt_tflops": point.flops / us / 1e6,
     }
     row["fraction_of_stream_read"] = row["chordrt_tbps"] / ceil["stream_read_tbps"]
-    row["gather_us"] = graph_time_us([point.gather_call(i) for i in range(point.n_sets)], replays, rounds)
-    row["fraction_of_gather"] = row["gather_us"] / us
+    if not args.no_gather:
+        row["gather_us"] = graph_time_us([point.gather_call(i) for i in range(point.n_sets)], replays, rounds)
+        row["fraction_of_gather"] = row["gather_us"] / us
     row["fraction_of_dense_bf16"] = row["chordrt_tflops"] / ceil["dense_bf16_tflops"]
     target_us = TARGET_US.get(case.name, {}).get(tokens)
     if case.name == "fp8/h16" and tokens in h8_us:
@@ -219,7 +220,7 @@ def bench_point(case, tokens, ceil, args, h8_us):
         verdict = "target -"
     print(f"{case.name:<13} T {tokens:>4} {us:8.2f} us {row['chordrt_tbps']:5.2f} TB/s "
           f"({100 * row['fraction_of_stream_read']:3.0f}% read) {row['chordrt_tflops']:6.1f} TFLOP/s "
-          f"({100 * row['fraction_of_dense_bf16']:3.0f}% dense) gather {row['gather_us']:7.2f} us  "
+          f"({100 * row['fraction_of_dense_bf16']:3.0f}% dense) gather {row.get('gather_us', float('nan')):7.2f} us  "
           f"baseline {row.get('baseline_us', float('nan')):8.1f} us "
           f"x{row.get('speedup_vs_baseline', float('nan')):5.2f}  {verdict}  sets {point.n_sets} "
           f"err {row['chordrt_error']['rel_err']:.2e}", flush=True)
@@ -236,6 +237,7 @@ def main():
     ap.add_argument("--budget-s", type=float, default=300,
                     help="wall-clock budget in seconds (0 = none): points past it are skipped and listed")
     ap.add_argument("--no-baseline", action="store_true", help="skip the PyTorch baseline")
+    ap.add_argument("--no-gather", action="store_true", help="skip the gather ceiling")
     ap.add_argument("--tokens", type=int_list, help="comma-separated token counts (default: each case's own)")
     args = ap.parse_args()
     torch.manual_seed(0)
