@@ -74,9 +74,17 @@ SparseMlaConfig select_sparse_mla_kernel(const SparseMlaShape& s, const DeviceFa
     c.head_group = 16;
     c.warps = 4;
   }
+  // fp8_ds_mla, a multiple of 64 heads: the 16-head kernel only while its grid is one CTA per SM. Two
+  // 16-head CTAs sharing an SM each dequantize their own copy of every record; the wgmma kernel converts
+  // each once per 64 heads (H100, v19: h = 128 T = 1 19.6 -> 18.1 us, h = 64 T = 2 19.6 -> 18.4; h = 64
+  // T = 1, 128 CTAs, stays at 15.1 where wgmma takes 17.2). BF16 caches keep it at T = 1: the mma.sync
+  // kernel reads BF16 as is, the wgmma producer converts it (h = 128: 16.2 against 22.4 us).
+  const bool wgmma_heads = s.num_heads % chord::sparse_mla::kWgmmaHeads == 0;
+  const bool fp8_shares_sms = s.format == chord::sparse_mla::kFp8DsMla && c.head_group == 16 &&
+                              s.num_tokens * (s.num_heads / 16) * max_splits > facts.sm_count;
   // A multiple of 64 heads (where the grid covers the SMs), either cache format: 64-head CTAs on wgmma
   // (decode_wgmma.cuh), each record gathered once per 64 heads.
-  if (s.num_heads % chord::sparse_mla::kWgmmaHeads == 0 && c.head_group == 32) {
+  if (wgmma_heads && (c.head_group == 32 || fp8_shares_sms)) {
     c.head_group = chord::sparse_mla::kWgmmaHeads;
     c.warps = chord::sparse_mla::kWgmmaWarps;
     c.stages = kWgmmaStages;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <tuple>
 
 #include "chordrt/chordrt.h"
 #include "heuristics/sparse_mla.hpp"
@@ -74,12 +75,20 @@ TEST_CASE("sparse MLA heuristics: head groups, warps and the split", "[sparse_ml
   CHECK((wide_bf16.head_group == 64 && wide_bf16.warps == 12));
   CHECK(select_sparse_mla(shape(96, 128), kH200).head_group == 32);
   CHECK(select_sparse_mla(shape(24, 1), kH200).head_group == 8);
-  // A 32-head grid that cannot cover the SMs even at one block per split: the 16-head kernel.
-  for (const int heads : {32, 64, 128}) {
-    const SparseMlaConfig small = select_sparse_mla(shape(heads, 1), kH200);
-    INFO("h=" << heads);
+  // A 32-head grid that cannot cover the SMs even at one block per split: the 16-head kernel, for fp8
+  // caches only while its own grid is one CTA per SM (T = 1, h = 64: 4 x 32 CTAs on 132 SMs).
+  for (const auto& [heads, tokens, format] : {std::tuple{32, 1, chord::sparse_mla::kFp8DsMla},
+                                              {32, 2, chord::sparse_mla::kFp8DsMla},
+                                              {64, 1, chord::sparse_mla::kFp8DsMla},
+                                              {64, 2, chord::sparse_mla::kBf16},
+                                              {128, 1, chord::sparse_mla::kBf16}}) {
+    const SparseMlaConfig small = select_sparse_mla(shape(heads, tokens, 2048, format), kH200);
+    INFO("h=" << heads << " T=" << tokens << " format=" << format);
     CHECK((small.head_group == 16 && small.warps == 4));
   }
+  // fp8 where 16-head CTAs would share SMs: the wgmma kernel dequantizes each record once per 64 heads.
+  CHECK(select_sparse_mla(shape(128, 1), kH200).head_group == 64);  // 8 x 32 16-head CTAs > 132 SMs
+  CHECK(select_sparse_mla(shape(64, 2), kH200).head_group == 64);
   CHECK(select_sparse_mla(shape(64, 3), kH200).head_group == 64);  // 3 x 2 x 32 CTAs cover 132 SMs
   CHECK(select_sparse_mla(shape(128, 2), kH200).head_group == 64);
   CHECK(select_sparse_mla(shape(64, 3, 2048, chord::sparse_mla::kBf16), kH200).head_group == 64);

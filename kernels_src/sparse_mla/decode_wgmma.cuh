@@ -417,17 +417,22 @@ __global__ void __launch_bounds__(kWgmmaWarps * 32, 1) sparse_mla_decode_wgmma_k
   };
   // The online softmax of block i (S complete in sacc): P into sacc (F16-safe: < 2^kStaleMax), its row
   // sums into l_run, P and the rescales to the second P.V warpgroup; returns the rows' rescales.
-  auto softmax = [&](int i, int b, float(&alpha)[2]) {
+  // The block's key biases (0 / -inf), read before its S is waited on: their shared-memory latency then
+  // hides under the wgmma instead of stalling the softmax.
+  auto load_bias = [&](int b, float2(&bias)[8]) {
+#pragma unroll
+    for (int q = 0; q < 8; ++q) bias[q] = *reinterpret_cast<const float2*>(key_bias_s + b * kWgmmaBlockKeys + 8 * q + 2 * c);
+  };
+  auto softmax = [&](int i, const float2(&bias)[8], float(&alpha)[2]) {
 #pragma unroll
     for (int n = 0; n < 32; ++n) fence_operand(sacc[n]);
     float mx[2] = {-inf_f32(), -inf_f32()};
 #pragma unroll
     for (int q = 0; q < 8; ++q) {
-      const float2 bias = *reinterpret_cast<const float2*>(key_bias_s + b * kWgmmaBlockKeys + 8 * q + 2 * c);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int n = 4 * q + e;
-        sacc[n] = fmaf(sacc[n], row_scale[e >> 1], (e & 1) ? bias.y : bias.x);
+        sacc[n] = fmaf(sacc[n], row_scale[e >> 1], (e & 1) ? bias[q].y : bias[q].x);
         mx[e >> 1] = fmaxf(mx[e >> 1], sacc[n]);
       }
     }
@@ -470,29 +475,36 @@ __global__ void __launch_bounds__(kWgmmaWarps * 32, 1) sparse_mla_decode_wgmma_k
     }
   };
 
-  // Block 0 alone; then each block's S goes out right before the previous block's P.V, so the softmax of
-  // block i runs under P.V of block i - 1, and no wgmma is in flight across the loop's back edge (ptxas
-  // would serialize every wgmma otherwise).
+  // Block 0 alone; then each block's S goes out right after the previous block's P.V, and that P.V is
+  // waited on first: the previous block's key buffer goes back to the producer as soon as its P.V is done,
+  // so the producer converts block i + 1 while S and the softmax of block i run (releasing it after the
+  // softmax, as v15 did, left the producer and the S warpgroup in series: ncu, NOTES "v17"). No wgmma is in
+  // flight across the loop's back edge (ptxas would serialize every wgmma otherwise).
   if (nblocks > 0) {
     float alpha[2];
+    float2 bias[8];
     mbarrier_wait(&key_full[0], 0);
     issue_s(0);
+    load_bias(0, bias);
     wgmma_wait<0>();
-    softmax(0, 0, alpha);
+    softmax(0, bias, alpha);
     pack_p();
   }
   for (int i = 1; i < nblocks; ++i) {
     const int b = i & 1;
     float alpha[2];
+    float2 bias[8];
     mbarrier_wait(&key_full[b], (i >> 1) & 1);
-    issue_s(b);
+    wgmma_fence();
     issue_pv(b ^ 1);
-    wgmma_wait<1>();  // S of block i
-    softmax(i, b, alpha);
-    wgmma_wait<0>();  // P.V of block i - 1
+    issue_s(b);
+    wgmma_wait<1>();  // P.V of block i - 1
 #pragma unroll
     for (int n = 0; n < 128; ++n) fence_operand(o[n]);
     mbarrier_arrive(&key_empty[b ^ 1]);
+    load_bias(b, bias);
+    wgmma_wait<0>();  // S of block i
+    softmax(i, bias, alpha);
     rescale_o(alpha);
     pack_p();
   }
