@@ -45,7 +45,7 @@ for c in "${cases[@]}"; do
   tag=$(echo "$c" | tr ' ,/' '___')
   # The bench arguments that run this one case.
   if [ "$family" = sparse_mla ]; then
-    args=(--quick --no-baseline --cases "${c%%,*}" --tokens "${c##*,}" --json "$out/ncu_sparse_mla_bench.json")
+    args=(--quick --no-baseline --no-gather --cases "${c%%,*}" --tokens "${c##*,}" --json "$out/ncu_sparse_mla_bench.json")
   else
     args=(--profile "$c")
   fi
