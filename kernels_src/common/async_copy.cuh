@@ -21,14 +21,14 @@ __device__ __forceinline__ void cp_async(void* smem, const void* gmem) {
   }
 }
 
-// 16 bytes, or 16 zero bytes when !valid (nothing is read then: `gmem` need not be dereferenceable).
 // 16 bytes, L2 fetching the whole 256-byte block around `gmem` (the neighbouring pieces of a row that
 // other copies read next then come from L2 instead of one DRAM request each).
 __device__ __forceinline__ void cp_async_16_l2_256(void* smem, const void* gmem) {
   asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" ::"r"(smem_address(smem)), "l"(gmem) : "memory");
 }
 
-// L2 fetches the whole 256-byte block around `gmem`: a row read along K in 16-byte pieces then finds its
+// 16 bytes, or 16 zero bytes when !valid (nothing is read then: `gmem` need not be dereferenceable); L2
+// fetches the whole 256-byte block around `gmem`: a row read along K in 16-byte pieces then finds its
 // next pieces there.
 __device__ __forceinline__ void cp_async_16_or_zero(void* smem, const void* gmem, bool valid) {
   asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(smem_address(smem)), "l"(gmem),
