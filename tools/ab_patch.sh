@@ -10,6 +10,7 @@
 # CHORD_AB_RACECHECK="PYTEST ARGS" also runs those tests on the patched library under compute-sanitizer
 # racecheck (chordrt's kernels only, as tools/gpu_run.sh does) into OUTDIR/ab_racecheck.log.
 # Writes OUTDIR/ab_{build,pytest}.log, OUTDIR/ab_{main,patched}_{1,2}.{json,log}; CHORD_AB_LIMIT_S bounds each step (300).
+# CHORD_AB_PACK=1 packs OUTDIR into OUTDIR.tgz at the end (a device call brings back at most 8 files).
 set -uo pipefail
 out=${1:?usage: tools/ab_patch.sh OUTDIR PATCHES PYTEST BENCH}
 IFS=, read -r -a patches <<<"${2:?usage: tools/ab_patch.sh OUTDIR PATCHES PYTEST BENCH}"
@@ -69,5 +70,8 @@ if [ -n "$bench" ]; then
       grep -E " us " "$out/ab_${side}_$run.log" | cut -c1-110
     done
   done
+fi
+if [ -n "${CHORD_AB_PACK:-}" ]; then
+  tar czf "$out.tgz" -C "$(dirname "$out")" "$(basename "$out")" && rm -rf "$out"
 fi
 exit $status
