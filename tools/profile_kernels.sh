@@ -11,7 +11,8 @@
 #                       or "topk,TOKENS"                  (default "logits,64,64" "logits,128,64")
 # CHORD_NCU_SOURCE=1: also the per-instruction view (SourceCounters): the report is kept as
 # ncu_<family>_<case>.ncu-rep and its SASS with stall samples per instruction written to
-# ncu_<family>_<case>_source.csv, to tell the stalls of a kernel's roles (warp-specialized kernels) apart.
+# ncu_<family>_<case>_source.csv, to tell the stalls of a kernel's roles (warp-specialized kernels) apart
+# (tools/ncu_roles.py sums them per role).
 # CHORD_PROFILE_PEER=1 (indexed): the bench also calls Humming on the same inputs, and its kernel
 # (named `humming`) is profiled too, into ncu_indexed_<case>_humming.txt.
 set -uo pipefail
