@@ -32,4 +32,26 @@ __device__ __forceinline__ int32_t load_shared_remote(const int32_t* local, uint
   return v;
 }
 
+// The shared::cluster address of `local`'s offset in the CTA of rank `rank` of this cluster.
+__device__ __forceinline__ uint32_t remote_shared_address(const void* local, uint32_t rank) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(shared_address(local)), "r"(rank));
+  return remote;
+}
+
+// Arrives on an mbarrier in another CTA of the cluster (its shared::cluster address), with the default
+// CTA-scope release (as CUTLASS's cluster barriers): the arriving warp's reads have completed (wgmma
+// waited on); .release.cluster would put a GPU-wide MEMBAR in every arrival.
+__device__ __forceinline__ void mbarrier_arrive_remote(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+
+// 16 bytes into another CTA's shared memory through the async proxy, completing 16 bytes of the
+// transaction count of the mbarrier `bar` there (both shared::cluster addresses).
+__device__ __forceinline__ void st_async_16(uint32_t dst, const uint4& v, uint32_t bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];" ::"r"(dst),
+               "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(bar)
+               : "memory");
+}
+
 }  // namespace chord

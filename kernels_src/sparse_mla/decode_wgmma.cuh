@@ -12,13 +12,18 @@
 //    prescaled by the same power of two per head, exact in F16 / BF16), the online softmax, and P.V for
 //    output dims 0-255 with P (F16) from registers; it hands P and the rows' rescales to
 //  - the second P.V warpgroup, which runs P.V for dims 256-511 with P from shared memory.
-// A key buffer goes back to the producer once S and both P.V warpgroups are done with it; at the end both
+// A key buffer goes back to the producer once S and both P.V warpgroups are done with it (BF16 caches at 128
+// heads: the token's two CTAs, one per 64 heads, form a cluster: each producer gathers and converts one round of 32
+// of every block's 64 keys and stores them into both CTAs' buffers, the peer's through st.async
+// completing bytes of the peer's key_full; a buffer goes back to both producers, one arrival a consumer
+// warp each, local and remote); at the end both
 // P.V warpgroups stage O in shared memory (over Q and the key buffers) and write whole rows. P stays below
 // 2^8: the running max moves only when a block's exceeds it by more than kStaleMax, so O's rescale (by the
 // moved max) is rare. Every hand-off is on an mbarrier (compute-sanitizer's racecheck models those, not
 // bar.arrive: tools/racecheck_named_barrier_probe.cu).
 #pragma once
 
+#include "common/cluster.cuh"
 #include "common/fp8.cuh"
 #include "common/tma.cuh"
 #include "common/warpgroup.cuh"
@@ -60,6 +65,9 @@ __global__ void __launch_bounds__(kWgmmaWarps * 32, 1) sparse_mla_decode_wgmma_k
   static_assert(R.bytes > 0 && R.bytes % 16 == 0, "RoPE dims 64, or 0 on NoPE layers; records move as 16-byte pieces");
   static_assert(H % kWgmmaHeads == 0, "whole groups of 64 heads");
   constexpr int kNope = kNopeDims / 64;  // NoPE column blocks
+  // The token's two head groups as a cluster sharing each block's gather (params.cuh).
+  constexpr bool kPair = wgmma_decode_pair(FORMAT, H);
+  constexpr uint32_t kPeerBytes = 32 * S.col_blocks * kWgmmaColBytes;  // the peer's round of a block, stored here
 
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024 - (smem_address(smem_raw) & 1023)) & 1023);
@@ -71,8 +79,8 @@ __global__ void __launch_bounds__(kWgmmaWarps * 32, 1) sparse_mla_decode_wgmma_k
   float* sink_s = reinterpret_cast<float*>(smem + S.sink);
   float* key_bias_s = reinterpret_cast<float*>(smem + S.key_bias);
   float* inv_pre_s = reinterpret_cast<float*>(smem + S.inv_pre);
-  uint64_t* key_full = reinterpret_cast<uint64_t*>(smem + S.bars);  // [2]: the producer stored the block
-  uint64_t* key_empty = key_full + 2;      // [2]: S and both P.V warpgroups are done with the buffer
+  uint64_t* key_full = reinterpret_cast<uint64_t*>(smem + S.bars);  // [2]: the producer(s) stored the block
+  uint64_t* key_empty = key_full + 2;      // [2]: S and both P.V warpgroups (of both CTAs of a pair) are done
   uint64_t* probs_full = key_empty + 2;    // P and the rescales of a block written (S warpgroup)
   uint64_t* probs_empty = probs_full + 1;  // ... and read by the second P.V warpgroup's wgmma
   uint64_t* denom_ready = probs_empty + 1;  // the rows' final denominators written (S warpgroup)
@@ -87,6 +95,16 @@ __global__ void __launch_bounds__(kWgmmaWarps * 32, 1) sparse_mla_decode_wgmma_k
   const int head0 = (blockIdx.x % (H / kWgmmaHeads)) * kWgmmaHeads;
   const int split = blockIdx.x / (H / kWgmmaHeads);
   const int64_t t = blockIdx.y;
+  const uint32_t rank = kPair ? cluster_ctarank() : 0u, peer = rank ^ 1u;  // rank: the head group
+  // The first output row (token x heads + head group) read again where it is written (in a pair): volatile
+  // special register reads are not hoisted, so ptxas does not hold prologue values across the main loop
+  // (with the remote releases' addresses the S warpgroup spilled them).
+  auto out_row0 = [&]() -> int64_t {
+    uint32_t x, y;
+    asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(x));
+    asm volatile("mov.u32 %0, %%ctaid.y;" : "=r"(y));
+    return static_cast<int64_t>(y) * H + (x % (H / kWgmmaHeads)) * kWgmmaHeads;
+  };
 
   // The combine kernel may be scheduled as soon as every CTA runs; it waits for this grid to finish.
   asm volatile("griddepcontrol.launch_dependents;");
@@ -100,7 +118,8 @@ __global__ void __launch_bounds__(kWgmmaWarps * 32, 1) sparse_mla_decode_wgmma_k
   if (threadIdx.x == 0) {
     for (int b = 0; b < 2; ++b) {
       mbarrier_init(&key_full[b], 128);
-      mbarrier_init(&key_empty[b], 256);
+      // Every S and P.V thread (256), or in a pair one arrival per consumer warp of both CTAs (2 x 8).
+      mbarrier_init(&key_empty[b], kPair ? 16 : 256);
     }
     mbarrier_init(probs_full, 128);
     mbarrier_init(probs_empty, 128);
@@ -150,7 +169,28 @@ __global__ void __launch_bounds__(kWgmmaWarps * 32, 1) sparse_mla_decode_wgmma_k
     }
   }
   fence_proxy_async();  // Q is read by wgmma (the async proxy)
-  __syncthreads();
+  if constexpr (kPair) {
+    cluster_sync();  // both CTAs' barriers exist before either touches the other's
+  } else {
+    __syncthreads();
+  }
+  // A pair's CTA stays until its peer is done storing into it and arriving on its barriers.
+  auto leave = [&]() {
+    if constexpr (kPair) cluster_sync();
+  };
+  // A consumer's release of key buffer b (its wgmma reads of it waited on): every thread, or in a pair
+  // one lane a warp, to its own producer and to the peer's, which stores into this buffer too.
+  auto release_keys = [&](int b) {
+    if constexpr (kPair) {
+      __syncwarp();
+      if (lane == 0) {
+        mbarrier_arrive(&key_empty[b]);
+        mbarrier_arrive_remote(remote_shared_address(&key_empty[b], peer));
+      }
+    } else {
+      mbarrier_arrive(&key_empty[b]);
+    }
+  };
 
   const int g = lane / 4, c = lane % 4;
   const int r0 = 16 * (warp % 4) + g, r1 = r0 + 8;  // this thread's heads (rows of every accumulator)
@@ -174,7 +214,7 @@ __global__ void __launch_bounds__(kWgmmaWarps * 32, 1) sparse_mla_decode_wgmma_k
     int32_t next = fetch_slot(0, round), ahead = fetch_slot(1, round);
     auto slot_of = [&](int r) { return __shfl_sync(~0u, next, lane % 8 + 8 * r); };
     auto prefetch_next = [&]() {  // block j + 1's record of this lane's round (one lane of a key a round)
-      if (piece < kKeysPerLane && next >= 0 && next < p.num_slots) {
+      if (piece < kKeysPerLane && (!kPair || piece == static_cast<int>(rank)) && next >= 0 && next < p.num_slots) {
         bulk_prefetch_l2(p.cache + static_cast<int64_t>(next) * R.bytes, static_cast<uint32_t>(R.bytes));
       }
     };
@@ -182,35 +222,63 @@ __global__ void __launch_bounds__(kWgmmaWarps * 32, 1) sparse_mla_decode_wgmma_k
       next = ahead;
       ahead = fetch_slot(j + 2, round);
     };
+    // This CTA's rounds: both, or in a pair round `rank` (the peer converts the other); every round's
+    // validity, for the keys' mask biases.
+    constexpr int kRounds = kPair ? 1 : kKeysPerLane;
+    auto round_key = [&](int q) { return kbase + 32 * (kPair ? static_cast<int>(rank) : q); };
+    // Element `rank` of a two-round array (q in a single CTA) by selects: indexing by a runtime value would
+    // put the array in local memory.
+    static_assert(!kPair || kKeysPerLane == 2, "a pair splits a block's two rounds");
+    auto pick = [&](const auto& a, int q) { return kPair ? (rank ? a[1] : a[0]) : a[q]; };
+    const uint32_t peer_keys = kPair ? remote_shared_address(keys_s, peer) : 0u;
+    const bool expects_peer = kPair && warp % 4 == 0 && lane == 0;  // its arrival expects the peer's bytes
     for (int j = 0; j < nblocks; ++j) {
       const int b = j & 1;
       uint8_t* buf = keys_s + b * S.key_buffer_bytes;
-      // The buffer's previous block (j - 2) must be done with before it is overwritten.
+      // The buffer's previous block (j - 2) must be done with before it is overwritten (in a pair, by
+      // both CTAs' consumers: remote arrivals, acquired at cluster scope).
       auto wait_buffer = [&]() {
-        if (j >= 2) mbarrier_wait(&key_empty[b], ((j >> 1) & 1) ^ 1);
+        if (j < 2) return;
+        if constexpr (kPair) {
+          mbarrier_wait_cluster(&key_empty[b], ((j >> 1) & 1) ^ 1);
+        } else {
+          mbarrier_wait(&key_empty[b], ((j >> 1) & 1) ^ 1);
+        }
       };
+      // 16 bytes at `dst`, and in a pair at the same offset of the peer's buffer (st.async, completing
+      // bytes of the peer's key_full[b]).
+      auto store = [&](uint8_t* dst, const uint4& v) {
+        *reinterpret_cast<uint4*>(dst) = v;
+        if constexpr (kPair) {
+          st_async_16(peer_keys + static_cast<uint32_t>(dst - keys_s), v, remote_shared_address(&key_full[b], peer));
+        }
+      };
+      int32_t slot[kKeysPerLane];
       bool valid[kKeysPerLane];
+#pragma unroll
+      for (int r = 0; r < kKeysPerLane; ++r) {
+        slot[r] = slot_of(r);
+        valid[r] = slot[r] >= 0 && slot[r] < p.num_slots;
+      }
       if constexpr (R.fp8) {
         // Every round's loads before the buffer wait; invalid keys load zeros (and their bias masks them).
-        uint4 nope[kKeysPerLane][kNope], rope[kKeysPerLane][2];
-        float4 scale[kKeysPerLane];
+        uint4 nope[kRounds][kNope], rope[kRounds][2];
+        float4 scale[kRounds];
 #pragma unroll
-        for (int r = 0; r < kKeysPerLane; ++r) {
-          const int32_t slot = slot_of(r);
-          valid[r] = slot >= 0 && slot < p.num_slots;
-          scale[r] = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int q = 0; q < kRounds; ++q) {
+          scale[q] = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
-          for (int cb = 0; cb < kNope; ++cb) nope[r][cb] = make_uint4(0, 0, 0, 0);
-          rope[r][0] = rope[r][1] = make_uint4(0, 0, 0, 0);
-          if (valid[r]) {
-            const uint8_t* rec = p.cache + static_cast<int64_t>(slot) * R.bytes;
-            scale[r] = __ldg(reinterpret_cast<const float4*>(rec + R.scale_offset));
+          for (int cb = 0; cb < kNope; ++cb) nope[q][cb] = make_uint4(0, 0, 0, 0);
+          rope[q][0] = rope[q][1] = make_uint4(0, 0, 0, 0);
+          if (pick(valid, q)) {
+            const uint8_t* rec = p.cache + static_cast<int64_t>(pick(slot, q)) * R.bytes;
+            scale[q] = __ldg(reinterpret_cast<const float4*>(rec + R.scale_offset));
 #pragma unroll
             for (int cb = 0; cb < kNope; ++cb)
-              nope[r][cb] = __ldg(reinterpret_cast<const uint4*>(rec + 64 * cb + 16 * piece));
+              nope[q][cb] = __ldg(reinterpret_cast<const uint4*>(rec + 64 * cb + 16 * piece));
             if constexpr (ROPE > 0) {
-              rope[r][0] = __ldg(reinterpret_cast<const uint4*>(rec + R.rope_offset + 32 * piece));
-              rope[r][1] = __ldg(reinterpret_cast<const uint4*>(rec + R.rope_offset + 32 * piece + 16));
+              rope[q][0] = __ldg(reinterpret_cast<const uint4*>(rec + R.rope_offset + 32 * piece));
+              rope[q][1] = __ldg(reinterpret_cast<const uint4*>(rec + R.rope_offset + 32 * piece + 16));
             }
           }
         }
@@ -218,12 +286,12 @@ __global__ void __launch_bounds__(kWgmmaWarps * 32, 1) sparse_mla_decode_wgmma_k
         prefetch_next();
         wait_buffer();
 #pragma unroll
-        for (int r = 0; r < kKeysPerLane; ++r) {
-          const int key = kbase + 32 * r;
-          const float sc[4] = {scale[r].x, scale[r].y, scale[r].z, scale[r].w};
+        for (int q = 0; q < kRounds; ++q) {
+          const int key = round_key(q);
+          const float sc[4] = {scale[q].x, scale[q].y, scale[q].z, scale[q].w};
 #pragma unroll
           for (int cb = 0; cb < kNope; ++cb) {  // 16 E4M3 -> 16 F16 (x the tile's scale): chunks 2 piece, + 1
-            const uint32_t w[4] = {nope[r][cb].x, nope[r][cb].y, nope[r][cb].z, nope[r][cb].w};
+            const uint32_t w[4] = {nope[q][cb].x, nope[q][cb].y, nope[q][cb].z, nope[q][cb].w};
             uint32_t hv[8];
 #pragma unroll
             for (int k = 0; k < 4; ++k) {
@@ -232,35 +300,29 @@ __global__ void __launch_bounds__(kWgmmaWarps * 32, 1) sparse_mla_decode_wgmma_k
               hv[2 * k + 1] = f16x2_scaled(hv[2 * k + 1], sc[cb / 2]);
             }
             uint8_t* col = buf + cb * kKeyColBytes;
-            *reinterpret_cast<uint4*>(col + swizzled(key, 2 * piece)) = make_uint4(hv[0], hv[1], hv[2], hv[3]);
-            *reinterpret_cast<uint4*>(col + swizzled(key, 2 * piece + 1)) = make_uint4(hv[4], hv[5], hv[6], hv[7]);
+            store(col + swizzled(key, 2 * piece), make_uint4(hv[0], hv[1], hv[2], hv[3]));
+            store(col + swizzled(key, 2 * piece + 1), make_uint4(hv[4], hv[5], hv[6], hv[7]));
           }
           if constexpr (ROPE > 0) {
             uint8_t* col = buf + kNope * kKeyColBytes;
-            *reinterpret_cast<uint4*>(col + swizzled(key, 2 * piece)) = rope[r][0];
-            *reinterpret_cast<uint4*>(col + swizzled(key, 2 * piece + 1)) = rope[r][1];
+            store(col + swizzled(key, 2 * piece), rope[q][0]);
+            store(col + swizzled(key, 2 * piece + 1), rope[q][1]);
           }
         }
       } else {
         // BF16 records: NoPE dims as BF16 -> F16 (exact in F16's normal range, saturated beyond); one round
         // at a time (a key is 16 loads a lane), the first round's loads issued before the buffer wait.
-        int32_t slot[kKeysPerLane];
-#pragma unroll
-        for (int r = 0; r < kKeysPerLane; ++r) {
-          slot[r] = slot_of(r);
-          valid[r] = slot[r] >= 0 && slot[r] < p.num_slots;
-        }
         advance(j);
         prefetch_next();
 #pragma unroll
-        for (int r = 0; r < kKeysPerLane; ++r) {
-          const int key = kbase + 32 * r;
+        for (int q = 0; q < kRounds; ++q) {
+          const int key = round_key(q);
           uint4 nope[kNope][2], rope[2];
 #pragma unroll
           for (int cb = 0; cb < kNope; ++cb) nope[cb][0] = nope[cb][1] = make_uint4(0, 0, 0, 0);
           rope[0] = rope[1] = make_uint4(0, 0, 0, 0);
-          if (valid[r]) {
-            const uint8_t* rec = p.cache + static_cast<int64_t>(slot[r]) * R.bytes;
+          if (pick(valid, q)) {
+            const uint8_t* rec = p.cache + static_cast<int64_t>(pick(slot, q)) * R.bytes;
 #pragma unroll
             for (int cb = 0; cb < kNope; ++cb) {
               nope[cb][0] = __ldg(reinterpret_cast<const uint4*>(rec + 128 * cb + 32 * piece));
@@ -271,22 +333,22 @@ __global__ void __launch_bounds__(kWgmmaWarps * 32, 1) sparse_mla_decode_wgmma_k
               rope[1] = __ldg(reinterpret_cast<const uint4*>(rec + R.rope_offset + 32 * piece + 16));
             }
           }
-          if (r == 0) wait_buffer();
+          if (q == 0) wait_buffer();
 #pragma unroll
           for (int cb = 0; cb < kNope; ++cb) {
             uint8_t* col = buf + cb * kKeyColBytes;
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
               const uint4 w = nope[cb][h];
-              *reinterpret_cast<uint4*>(col + swizzled(key, 2 * piece + h)) =
-                  make_uint4(bf16x2_to_f16x2_satfinite(w.x), bf16x2_to_f16x2_satfinite(w.y),
-                             bf16x2_to_f16x2_satfinite(w.z), bf16x2_to_f16x2_satfinite(w.w));
+              store(col + swizzled(key, 2 * piece + h),
+                    make_uint4(bf16x2_to_f16x2_satfinite(w.x), bf16x2_to_f16x2_satfinite(w.y),
+                               bf16x2_to_f16x2_satfinite(w.z), bf16x2_to_f16x2_satfinite(w.w)));
             }
           }
           if constexpr (ROPE > 0) {
             uint8_t* col = buf + kNope * kKeyColBytes;
-            *reinterpret_cast<uint4*>(col + swizzled(key, 2 * piece)) = rope[0];
-            *reinterpret_cast<uint4*>(col + swizzled(key, 2 * piece + 1)) = rope[1];
+            store(col + swizzled(key, 2 * piece), rope[0]);
+            store(col + swizzled(key, 2 * piece + 1), rope[1]);
           }
         }
       }
@@ -296,8 +358,13 @@ __global__ void __launch_bounds__(kWgmmaWarps * 32, 1) sparse_mla_decode_wgmma_k
           key_bias_s[b * kWgmmaBlockKeys + kbase + 32 * r] = valid[r] ? 0.f : -inf_f32();
       }
       fence_proxy_async();  // the block is read by wgmma
-      mbarrier_arrive(&key_full[b]);
+      if (expects_peer) {
+        mbarrier_arrive_expect_bytes(&key_full[b], kPeerBytes);
+      } else {
+        mbarrier_arrive(&key_full[b]);
+      }
     }
+    leave();
     return;
   }
 
@@ -339,7 +406,7 @@ __global__ void __launch_bounds__(kWgmmaWarps * 32, 1) sparse_mla_decode_wgmma_k
 #pragma unroll 8
       for (int k = tid; k < kWgmmaHeads * kPer; k += 256) {
         const int row = k / kPer, q = k % kPer;
-        const int64_t th = t * H + head0 + row;
+        const int64_t th = (kPair ? out_row0() : t * H + head0) + row;
         *reinterpret_cast<float4*>(p.part_out + (th * p.splits + split) * kNopeDims + 4 * q) =
             *reinterpret_cast<const float4*>(out_s + row * kWgmmaOutRow + 4 * q);
       }
@@ -350,7 +417,7 @@ __global__ void __launch_bounds__(kWgmmaWarps * 32, 1) sparse_mla_decode_wgmma_k
         const int row = k / kPer, q = k % kPer;
         const float4 a = *reinterpret_cast<const float4*>(out_s + row * kWgmmaOutRow + 8 * q);
         const float4 b = *reinterpret_cast<const float4*>(out_s + row * kWgmmaOutRow + 8 * q + 4);
-        *reinterpret_cast<uint4*>(p.out + (t * H + head0 + row) * kNopeDims + 8 * q) =
+        *reinterpret_cast<uint4*>(p.out + ((kPair ? out_row0() : t * H + head0) + row) * kNopeDims + 8 * q) =
             make_uint4(pack_bf16x2(a.x, a.y), pack_bf16x2(a.z, a.w), pack_bf16x2(b.x, b.y), pack_bf16x2(b.z, b.w));
       }
     }
@@ -374,12 +441,13 @@ __global__ void __launch_bounds__(kWgmmaWarps * 32, 1) sparse_mla_decode_wgmma_k
 #pragma unroll
       for (int n = 0; n < 128; ++n) fence_operand(o[n]);
       mbarrier_arrive(probs_empty);
-      mbarrier_arrive(&key_empty[b]);
+      release_keys(b);
     }
     mbarrier_arrive(pv_done);
     mbarrier_wait(denom_ready, 0);
     const float denom[2] = {denom_s[r0], denom_s[r1]};
     epilogue(denom);
+    leave();
     return;
   }
 
@@ -501,7 +569,7 @@ __global__ void __launch_bounds__(kWgmmaWarps * 32, 1) sparse_mla_decode_wgmma_k
     wgmma_wait<1>();  // P.V of block i - 1
 #pragma unroll
     for (int n = 0; n < 128; ++n) fence_operand(o[n]);
-    mbarrier_arrive(&key_empty[b ^ 1]);
+    release_keys(b ^ 1);
     load_bias(b, bias);
     wgmma_wait<0>();  // S of block i
     softmax(i, bias, alpha);
@@ -515,7 +583,7 @@ __global__ void __launch_bounds__(kWgmmaWarps * 32, 1) sparse_mla_decode_wgmma_k
     wgmma_wait<0>();
 #pragma unroll
     for (int n = 0; n < 128; ++n) fence_operand(o[n]);
-    mbarrier_arrive(&key_empty[b]);
+    release_keys(b);
   }
 
   float l_fin[2];
@@ -536,7 +604,7 @@ __global__ void __launch_bounds__(kWgmmaWarps * 32, 1) sparse_mla_decode_wgmma_k
   if (c == 0) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int64_t th = t * H + head0 + (r ? r1 : r0);
+      const int64_t th = (kPair ? out_row0() : t * H + head0) + (r ? r1 : r0);
       const bool any = m_run[r] != -inf_f32();
       const float lse = (m_run[r] + log2f(l_fin[r])) * kLn2;
       if (p.splits > 1) {
@@ -548,6 +616,7 @@ __global__ void __launch_bounds__(kWgmmaWarps * 32, 1) sparse_mla_decode_wgmma_k
   }
   mbarrier_wait(pv_done, 0);
   epilogue(denom);
+  leave();
 }
 
 }  // namespace chord::sparse_mla

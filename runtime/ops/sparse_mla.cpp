@@ -43,6 +43,7 @@ KernelProgram SparseMlaDecodeFamily::program(const K& k) {
     p.name_expression =
         fmt::format("chord::sparse_mla::sparse_mla_decode_wgmma_kernel<{}, {}, {}>", k.format, k.rope_dims, k.heads);
     p.dynamic_smem = static_cast<uint32_t>(sm::wgmma_decode_smem(k.rope_dims).bytes);
+    if (sm::wgmma_decode_pair(k.format, k.heads)) p.cluster = {2, 1, 1};
     return p;
   }
   p.header = "sparse_mla/decode.cuh";
