@@ -80,9 +80,9 @@ __global__ void __launch_bounds__(kWgmmaWarps * 32, 1) sparse_mla_decode_wgmma_k
   float* key_bias_s = reinterpret_cast<float*>(smem + S.key_bias);
   float* inv_pre_s = reinterpret_cast<float*>(smem + S.inv_pre);
   uint64_t* key_full = reinterpret_cast<uint64_t*>(smem + S.bars);  // [2]: the producer(s) stored the block
-  uint64_t* key_empty = key_full + 2;      // [2]: S and both P.V warpgroups (of both CTAs of a pair) are done
-  uint64_t* probs_full = key_empty + 2;    // P and the rescales of a block written (S warpgroup)
-  uint64_t* probs_empty = probs_full + 1;  // ... and read by the second P.V warpgroup's wgmma
+  uint64_t* key_empty = key_full + 2;       // [2]: S and both P.V warpgroups (of both CTAs of a pair) are done
+  uint64_t* probs_full = key_empty + 2;     // P and the rescales of a block written (S warpgroup)
+  uint64_t* probs_empty = probs_full + 1;   // ... and read by the second P.V warpgroup's wgmma
   uint64_t* denom_ready = probs_empty + 1;  // the rows' final denominators written (S warpgroup)
   uint64_t* pv_done = denom_ready + 1;      // the second P.V warpgroup's last wgmma complete
   uint64_t* staged = pv_done + 1;           // both warpgroups' O in the staging rows
@@ -489,7 +489,8 @@ __global__ void __launch_bounds__(kWgmmaWarps * 32, 1) sparse_mla_decode_wgmma_k
   // hides under the wgmma instead of stalling the softmax.
   auto load_bias = [&](int b, float2(&bias)[8]) {
 #pragma unroll
-    for (int q = 0; q < 8; ++q) bias[q] = *reinterpret_cast<const float2*>(key_bias_s + b * kWgmmaBlockKeys + 8 * q + 2 * c);
+    for (int q = 0; q < 8; ++q)
+      bias[q] = *reinterpret_cast<const float2*>(key_bias_s + b * kWgmmaBlockKeys + 8 * q + 2 * c);
   };
   auto softmax = [&](int i, const float2(&bias)[8], float(&alpha)[2]) {
 #pragma unroll

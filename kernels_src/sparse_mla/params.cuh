@@ -17,10 +17,10 @@ constexpr int kTiles = kNopeDims / kTileDims;
 constexpr int kBlockKeys = 64;  // keys per decode pipeline stage
 constexpr int kMaxHeads = 128;
 constexpr int kMaxSplits = 64;
-constexpr int kMaxTokens = 65535;               // grid.y
-constexpr int kCombineGroups = 4;                               // of the splits, one per 128 threads
+constexpr int kMaxTokens = 65535;                                // grid.y
+constexpr int kCombineGroups = 4;                                // of the splits, one per 128 threads
 constexpr int kCombineThreads = kCombineGroups * kNopeDims / 4;  // 4 dims per thread
-constexpr int kCacheWriteWarps = 4;             // one warp per token row
+constexpr int kCacheWriteWarps = 4;                              // one warp per token row
 
 enum CacheFormat : int { kFp8DsMla = 0, kBf16 = 1 };
 
@@ -95,9 +95,7 @@ static_assert(kWgmmaBlockKeys == kBlockKeys, "split ranges are counted in decode
 // BF16 caches at 128 heads: the token's two head groups run as a 2-CTA cluster, each producer loading half
 // of every block for both CTAs. Not E4M3: its pair measured 25% slower than two lone CTAs (bench/NOTES.md,
 // "v16, v22 and v23 measured").
-CHORD_HD constexpr bool wgmma_decode_pair(int format, int heads) {
-  return format == kBf16 && heads == 2 * kWgmmaHeads;
-}
+CHORD_HD constexpr bool wgmma_decode_pair(int format, int heads) { return format == kBf16 && heads == 2 * kWgmmaHeads; }
 
 struct WgmmaDecodeSmem {
   int col_blocks;        // 64-dim column blocks of a key or query row (8 NoPE, + 1 RoPE)
