@@ -40,17 +40,6 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
       : "memory");
 }
 
-// As mbarrier_wait, acquiring at cluster scope: for phases that other CTAs of the cluster arrive on.
-__device__ __forceinline__ void mbarrier_wait_cluster(uint64_t* bar, uint32_t parity) {
-  asm volatile(
-      "{\n\t.reg .pred done;\n"
-      "WAIT_%=:\n\t"
-      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n\t"
-      "@!done bra WAIT_%=;\n}" ::"r"(smem_address(bar)),
-      "r"(parity)
-      : "memory");
-}
-
 // `bytes` (a multiple of 16) contiguous bytes, global -> shared, completing on `bar`.
 __device__ __forceinline__ void bulk_copy(void* smem, const void* gmem, uint32_t bytes, uint64_t* bar) {
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(

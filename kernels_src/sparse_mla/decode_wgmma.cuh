@@ -236,14 +236,11 @@ __global__ void __launch_bounds__(kWgmmaWarps * 32, 1) sparse_mla_decode_wgmma_k
       const int b = j & 1;
       uint8_t* buf = keys_s + b * S.key_buffer_bytes;
       // The buffer's previous block (j - 2) must be done with before it is overwritten (in a pair, by
-      // both CTAs' consumers: remote arrivals, acquired at cluster scope).
+      // both CTAs' consumers). CTA scope even for the peer's remote arrivals: no data flows from the
+      // consumers to this producer, only the order of their completed reads before these writes, and an
+      // acquire at cluster scope costs an L1 invalidation (CCTL.IVALL) every block.
       auto wait_buffer = [&]() {
-        if (j < 2) return;
-        if constexpr (kPair) {
-          mbarrier_wait_cluster(&key_empty[b], ((j >> 1) & 1) ^ 1);
-        } else {
-          mbarrier_wait(&key_empty[b], ((j >> 1) & 1) ^ 1);
-        }
+        if (j >= 2) mbarrier_wait(&key_empty[b], ((j >> 1) & 1) ^ 1);
       };
       // 16 bytes at `dst`, and in a pair at the same offset of the peer's buffer (st.async, completing
       // bytes of the peer's key_full[b]).
