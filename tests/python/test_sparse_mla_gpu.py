@@ -351,7 +351,7 @@ def test_decode_nope(format, heads, tokens, topk):
 
 @pytest.mark.parametrize("heads, tokens, topk, with_length, with_sink",
                          [(8, 64, 2048, False, False), (16, 3, 64, True, True), (32, 1, 2048, False, True),
-                          (64, 64, 2048, True, False), (128, 3, 2048, True, True)])
+                          (64, 64, 2048, True, False), (128, 3, 2048, True, True), (128, 64, 2048, False, True)])
 def test_decode_bf16_cache(heads, tokens, topk, with_length, with_sink):
     p = Problem(heads, tokens, topk, seed=9 + heads, format=BF16, with_length=with_length, with_sink=with_sink)
     out, lse = p.run()
