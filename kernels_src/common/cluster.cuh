@@ -23,20 +23,18 @@ __device__ __forceinline__ uint32_t shared_address(const void* p) {
   return a;
 }
 
-// The int32 at the same shared-memory offset as `local`, in the CTA of rank `rank` of this cluster.
-__device__ __forceinline__ int32_t load_shared_remote(const int32_t* local, uint32_t rank) {
-  uint32_t remote;
-  int32_t v;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(shared_address(local)), "r"(rank));
-  asm volatile("ld.shared::cluster.s32 %0, [%1];" : "=r"(v) : "r"(remote) : "memory");
-  return v;
-}
-
 // The shared::cluster address of `local`'s offset in the CTA of rank `rank` of this cluster.
 __device__ __forceinline__ uint32_t remote_shared_address(const void* local, uint32_t rank) {
   uint32_t remote;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(shared_address(local)), "r"(rank));
   return remote;
+}
+
+// The int32 at the same shared-memory offset as `local`, in the CTA of rank `rank` of this cluster.
+__device__ __forceinline__ int32_t load_shared_remote(const int32_t* local, uint32_t rank) {
+  int32_t v;
+  asm volatile("ld.shared::cluster.s32 %0, [%1];" : "=r"(v) : "r"(remote_shared_address(local, rank)) : "memory");
+  return v;
 }
 
 // Arrives on an mbarrier in another CTA of the cluster (its shared::cluster address), with the default

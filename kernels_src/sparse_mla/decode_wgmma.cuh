@@ -244,11 +244,10 @@ __global__ void __launch_bounds__(kWgmmaWarps * 32, 1) sparse_mla_decode_wgmma_k
       };
       // 16 bytes at `dst`, and in a pair at the same offset of the peer's buffer (st.async, completing
       // bytes of the peer's key_full[b]).
+      const uint32_t peer_full = kPair ? remote_shared_address(&key_full[b], peer) : 0u;
       auto store = [&](uint8_t* dst, const uint4& v) {
         *reinterpret_cast<uint4*>(dst) = v;
-        if constexpr (kPair) {
-          st_async_16(peer_keys + static_cast<uint32_t>(dst - keys_s), v, remote_shared_address(&key_full[b], peer));
-        }
+        if constexpr (kPair) st_async_16(peer_keys + static_cast<uint32_t>(dst - keys_s), v, peer_full);
       };
       int32_t slot[kKeysPerLane];
       bool valid[kKeysPerLane];
