@@ -68,9 +68,10 @@ __global__ void reference_kernel(const float* __restrict__ x, float* __restrict_
 double reference_compile_ms(const Arch& arch) {
   std::vector<double> ms;
   for (int i = 0; i < 5; ++i) {
-    ms.push_back(Nvrtc::get()
-                     .compile(kReferenceSource, "reference_kernel<16>", nvrtc_options(arch), {}, "reference")
-                     .compile_ms);
+    const Nvrtc& n = Nvrtc::get();
+    ms.push_back(
+        n.compile(kReferenceSource, "reference_kernel<16>", nvrtc_options(arch, n.major(), n.minor()), {}, "reference")
+            .compile_ms);
   }
   return median(ms);
 }

@@ -40,10 +40,16 @@ JitOptions JitOptions::from_environment() {
   return o;
 }
 
-std::vector<std::string> nvrtc_options(const Arch& arch) {
+std::vector<std::string> nvrtc_options(const Arch& arch, int nvrtc_major, int nvrtc_minor) {
   // -v for ptxas puts registers, spills and shared memory into the log, which the cache keeps.
   // -default-device: unannotated functions and lambdas in kernels are device code (JIT mode has no host).
-  return {"--gpu-architecture=" + arch.name(), "-std=c++17", "-default-device", "--ptxas-options=-v", "-DCHORD_JIT=1"};
+  std::vector<std::string> o = {"--gpu-architecture=" + arch.name(), "-std=c++17", "-default-device",
+                                "--ptxas-options=-v", "-DCHORD_JIT=1"};
+  // -minimal (NVRTC 12.4+) leaves out the CUDA runtime's device-side declarations, which no kernel here
+  // uses: the same SASS for all 89 kernels of the kimi-k2 ep8 plan, the plan's median cold compile 363 ->
+  // 321 ms on the 2-core machine (bench/NOTES.md, "Cold compile: -minimal").
+  if (nvrtc_major > 12 || (nvrtc_major == 12 && nvrtc_minor >= 4)) o.emplace_back("-minimal");
+  return o;
 }
 
 size_t JitRuntime::MemoKeyHash::operator()(const MemoKey& k) const noexcept {
@@ -71,7 +77,7 @@ std::string JitRuntime::key_of(const jit::Descriptor& d, const KernelProgram& pr
   in.canonical_descriptor = jit::canonical_serialization(d);
   in.nvrtc_major = nvrtc.major();
   in.nvrtc_minor = nvrtc.minor();
-  in.options = nvrtc_options(d.arch);
+  in.options = nvrtc_options(d.arch, nvrtc.major(), nvrtc.minor());
   in.source_fingerprint =
       jit::hex_digest128(embedded_sources_fingerprint() + "\n" + program.source() + "\n" + program.name_expression);
   in.abi_version = CHORD_ABI_VERSION;
@@ -176,8 +182,8 @@ std::shared_ptr<const jit::CacheEntry> JitRuntime::image(const jit::Descriptor& 
   const Nvrtc& nvrtc = Nvrtc::get();
   std::vector<std::pair<std::string_view, std::string_view>> headers;
   for (const auto& s : embedded_sources()) headers.emplace_back(s.path, s.text);
-  CompileOutput out =
-      nvrtc.compile(program.source(), program.name_expression, nvrtc_options(d.arch), headers, descriptor_text);
+  CompileOutput out = nvrtc.compile(program.source(), program.name_expression,
+                                    nvrtc_options(d.arch, nvrtc.major(), nvrtc.minor()), headers, descriptor_text);
   ++compiled_;
   logger().info("compiled {} in {:.1f} ms", descriptor_text, out.compile_ms);
   jit::CacheEntry entry;

@@ -145,7 +145,7 @@ class DryRun {
   DryRun* previous_;
 };
 
-// NVRTC options chordrt compiles with for `arch` (part of every key).
-std::vector<std::string> nvrtc_options(const Arch& arch);
+// NVRTC options chordrt compiles with for `arch` under NVRTC nvrtc_major.nvrtc_minor (part of every key).
+std::vector<std::string> nvrtc_options(const Arch& arch, int nvrtc_major, int nvrtc_minor);
 
 }  // namespace chordrt

@@ -27,9 +27,9 @@
 
 namespace fs = std::filesystem;
 using Catch::Matchers::Contains;
+using chordrt::Arch;
 using chordrt::JitOptions;
 using chordrt::JitRuntime;
-using chordrt::Arch;
 using chordrt::jit::Descriptor;
 using chordrt::jit::FamilySchema;
 using chordrt::jit::KeyInputs;
@@ -71,7 +71,7 @@ KeyInputs inputs_for(const Descriptor& d) {
   in.canonical_descriptor = chordrt::jit::canonical_serialization(d);
   in.nvrtc_major = 13;
   in.nvrtc_minor = 0;
-  in.options = chordrt::nvrtc_options(d.arch);
+  in.options = chordrt::nvrtc_options(d.arch, in.nvrtc_major, in.nvrtc_minor);
   in.source_fingerprint = chordrt::jit::hex_digest128("sources");
   in.abi_version = CHORD_ABI_VERSION;
   return in;
@@ -200,7 +200,8 @@ TEST_CASE("key_of distinguishes distinct descriptors", "[key][runtime]") {
 }
 
 TEST_CASE("cache key changes with every input", "[key]") {
-  const Descriptor d = chordrt::ops::MoeAlignFamily::descriptor(Arch{90, 'a'}, {384, 16, 1, kSingleCta.threads, kSingleCta.cluster});
+  const Descriptor d =
+      chordrt::ops::MoeAlignFamily::descriptor(Arch{90, 'a'}, {384, 16, 1, kSingleCta.threads, kSingleCta.cluster});
   const KeyInputs base = inputs_for(d);
   const std::string base_key = chordrt::jit::compute_cache_key(base);
   auto key_with = [&](const std::function<void(KeyInputs&)>& change) {
@@ -286,15 +287,28 @@ TEST_CASE("options naming absolute paths are rejected", "[key]") {
     auto e = error_of([&] { chordrt::jit::check_options_are_portable({"-std=c++17", bad}); });
     REQUIRE(e.has_value());
     CHECK_THAT(std::string(e->what()), Contains(bad) && Contains("path"));
-    KeyInputs in = inputs_for(chordrt::ops::SiluAndMulFamily::descriptor(Arch{90, 'a'}, chordrt::ops::silu_and_mul_key(2048)));
+    KeyInputs in =
+        inputs_for(chordrt::ops::SiluAndMulFamily::descriptor(Arch{90, 'a'}, chordrt::ops::silu_and_mul_key(2048)));
     in.options.push_back(bad);
     CHECK_THROWS_AS(chordrt::jit::compute_cache_key(in), chordrt::Error);
   }
   // The options chordrt really uses are portable.
   for (Arch arch : {Arch{90, 'a'}, Arch{100, 'a'}, Arch{80, 0}}) {
-    CHECK_NOTHROW(chordrt::jit::check_options_are_portable(chordrt::nvrtc_options(arch)));
+    CHECK_NOTHROW(chordrt::jit::check_options_are_portable(chordrt::nvrtc_options(arch, 13, 0)));
   }
   CHECK_NOTHROW(chordrt::jit::check_options_are_portable({"-DNAME=1", "--gpu-architecture=sm_90a", "-lineinfo"}));
+}
+
+TEST_CASE("-minimal only where NVRTC has it (12.4 on)", "[key]") {
+  auto has_minimal = [](int major, int minor) {
+    const auto o = chordrt::nvrtc_options(Arch{90, 'a'}, major, minor);
+    return std::find(o.begin(), o.end(), "-minimal") != o.end();
+  };
+  CHECK_FALSE(has_minimal(12, 3));
+  CHECK(has_minimal(12, 4));
+  CHECK(has_minimal(12, 9));
+  CHECK(has_minimal(13, 0));
+  CHECK(chordrt::nvrtc_options(Arch{90, 'a'}, 12, 3).size() + 1 == chordrt::nvrtc_options(Arch{90, 'a'}, 13, 0).size());
 }
 
 TEST_CASE("canonical serialization and to_string formats", "[key]") {
@@ -307,7 +321,8 @@ TEST_CASE("canonical serialization and to_string formats", "[key]") {
         "6:family=11:test.family;4:arch=5:sm_80;5:alpha=13:1234567890123;1:b=1:0;");
   CHECK(chordrt::jit::to_string(plain) == "test.family[sm_80]{alpha=1234567890123,b=0}");
 
-  const Descriptor align = chordrt::ops::MoeAlignFamily::descriptor(Arch{90, 'a'}, {384, 16, 1, kSingleCta.threads, kSingleCta.cluster});
+  const Descriptor align =
+      chordrt::ops::MoeAlignFamily::descriptor(Arch{90, 'a'}, {384, 16, 1, kSingleCta.threads, kSingleCta.cluster});
   CHECK(chordrt::jit::to_string(align) ==
         "glue.moe_align[sm_90a]{num_experts=384,block_size=16,has_expert_map=1,threads=1024,cluster=1}");
   CHECK(chordrt::jit::canonical_serialization(align) ==
@@ -372,7 +387,8 @@ TEST_CASE("Descriptor construction, get and hashing", "[key]") {
   CHECK(chordrt::jit::hash_value(d) != chordrt::jit::hash_value(other_arch));
   CHECK(chordrt::jit::DescriptorHash{}(d) == chordrt::jit::DescriptorHash{}(same));
 
-  const Descriptor silu = chordrt::ops::SiluAndMulFamily::descriptor(Arch{90, 'a'}, chordrt::ops::silu_and_mul_key(2048));
+  const Descriptor silu =
+      chordrt::ops::SiluAndMulFamily::descriptor(Arch{90, 'a'}, chordrt::ops::silu_and_mul_key(2048));
   CHECK(silu.get("vec") == 8);
   CHECK(silu.get("threads") == 256);
 }

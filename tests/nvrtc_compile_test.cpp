@@ -15,10 +15,10 @@
 #include "tests/test_support.hpp"
 
 using Catch::Matchers::Contains;
+using chordrt::Arch;
 using chordrt::ImageSource;
 using chordrt::JitRuntime;
 using chordrt::KernelFamily;
-using chordrt::Arch;
 using chordrt::jit::Descriptor;
 using chordrt::test::check_invalid_argument;
 using chordrt::test::error_of;
@@ -59,10 +59,10 @@ TEST_CASE("the registry lists every family", "[nvrtc]") {
     }
   }
   CHECK(names == std::set<std::string>{"glue.moe_align", "glue.silu_and_mul", "glue.moe_combine", "warp_decode.gate_up",
-                                       "warp_decode.down", "w4a16.pack", "grouped.gemm",
-                                       "indexed.prefill", "indexed.decode", "sparse_mla.cache_write",
-                                       "sparse_mla.decode", "sparse_mla.combine", "dsa_indexer.cache_write",
-                                       "dsa_indexer.logits", "dsa_indexer.topk"});
+                                       "warp_decode.down", "w4a16.pack", "grouped.gemm", "indexed.prefill",
+                                       "indexed.decode", "sparse_mla.cache_write", "sparse_mla.decode",
+                                       "sparse_mla.combine", "dsa_indexer.cache_write", "dsa_indexer.logits",
+                                       "dsa_indexer.topk"});
   CHECK(chordrt::find_family("glue.nope") == nullptr);
   CHECK_FALSE(chordrt::embedded_sources().empty());
 }
@@ -101,8 +101,8 @@ TEST_CASE("NVRTC compiles in-memory headers directly", "[nvrtc]") {
   const chordrt::Nvrtc& n = chordrt::Nvrtc::get();
   const std::string header = "template <int N> __global__ void probe_kernel(int* p) { p[threadIdx.x] = N; }\n";
   const std::vector<std::pair<std::string_view, std::string_view>> headers = {{"probe/probe.cuh", header}};
-  const auto out =
-      n.compile("#include \"probe/probe.cuh\"\n", "probe_kernel<7>", chordrt::nvrtc_options(kHopper), headers, "probe");
+  const auto out = n.compile("#include \"probe/probe.cuh\"\n", "probe_kernel<7>",
+                             chordrt::nvrtc_options(kHopper, n.major(), n.minor()), headers, "probe");
   CHECK(is_elf(out.cubin));
   CHECK_THAT(out.lowered_name, Contains("probe_kernel"));
   CHECK(out.compile_ms > 0);
@@ -111,8 +111,10 @@ TEST_CASE("NVRTC compiles in-memory headers directly", "[nvrtc]") {
 TEST_CASE("a broken source fails with COMPILE_FAILED, the NVRTC log and the context", "[nvrtc]") {
   const chordrt::Nvrtc& n = chordrt::Nvrtc::get();
   const std::string source = "__global__ void broken_kernel(int* p) { p[0] = undeclared_identifier_xyz; }\n";
-  auto e = error_of(
-      [&] { (void)n.compile(source, "broken_kernel", chordrt::nvrtc_options(kHopper), {}, "context-descriptor-42"); });
+  auto e = error_of([&] {
+    (void)n.compile(source, "broken_kernel", chordrt::nvrtc_options(kHopper, n.major(), n.minor()), {},
+                    "context-descriptor-42");
+  });
   REQUIRE(e.has_value());
   CHECK(e->status() == CHORD_ERROR_COMPILE_FAILED);
   const std::string what = e->what();
@@ -122,7 +124,8 @@ TEST_CASE("a broken source fails with COMPILE_FAILED, the NVRTC log and the cont
 
   SECTION("a missing header is a compile failure too") {
     auto h = error_of([&] {
-      (void)n.compile("#include \"nope/missing.cuh\"\n", "k", chordrt::nvrtc_options(kHopper), {}, "ctx-missing");
+      (void)n.compile("#include \"nope/missing.cuh\"\n", "k", chordrt::nvrtc_options(kHopper, n.major(), n.minor()), {},
+                      "ctx-missing");
     });
     REQUIRE(h.has_value());
     CHECK(h->status() == CHORD_ERROR_COMPILE_FAILED);
@@ -149,7 +152,8 @@ TEST_CASE("descriptor JSON round trips for every example", "[nvrtc]") {
 }
 
 TEST_CASE("descriptor_from_json rejects malformed descriptors", "[nvrtc]") {
-  const Descriptor d = chordrt::ops::MoeAlignFamily::descriptor(kHopper, {384, 16, 1, kSingleCta.threads, kSingleCta.cluster});
+  const Descriptor d =
+      chordrt::ops::MoeAlignFamily::descriptor(kHopper, {384, 16, 1, kSingleCta.threads, kSingleCta.cluster});
   const json good = chordrt::descriptor_to_json(d);
   REQUIRE(chordrt::descriptor_from_json(good) == d);
 
@@ -213,19 +217,24 @@ TEST_CASE("descriptor_from_json rejects malformed descriptors", "[nvrtc]") {
   rejected(j, "expected");
 
   // Range checks of the other families.
-  json silu = chordrt::descriptor_to_json(chordrt::ops::SiluAndMulFamily::descriptor(kHopper, chordrt::ops::silu_and_mul_key(2048)));
+  json silu = chordrt::descriptor_to_json(
+      chordrt::ops::SiluAndMulFamily::descriptor(kHopper, chordrt::ops::silu_and_mul_key(2048)));
   silu["fields"]["vec"] = 3;
   rejected(silu, "vec must be a power of two");
-  silu = chordrt::descriptor_to_json(chordrt::ops::SiluAndMulFamily::descriptor(kHopper, chordrt::ops::silu_and_mul_key(2048)));
+  silu = chordrt::descriptor_to_json(
+      chordrt::ops::SiluAndMulFamily::descriptor(kHopper, chordrt::ops::silu_and_mul_key(2048)));
   silu["fields"]["threads"] = 48;
   rejected(silu, "threads=48");
-  json combine = chordrt::descriptor_to_json(chordrt::ops::MoeCombineFamily::descriptor(kHopper, chordrt::ops::moe_combine_key(8, 7168, false)));
+  json combine = chordrt::descriptor_to_json(
+      chordrt::ops::MoeCombineFamily::descriptor(kHopper, chordrt::ops::moe_combine_key(8, 7168, false)));
   combine["fields"]["top_k"] = 65;
   rejected(combine, "top_k must be in [1, 64], got 65");
-  combine = chordrt::descriptor_to_json(chordrt::ops::MoeCombineFamily::descriptor(kHopper, chordrt::ops::moe_combine_key(8, 7168, false)));
+  combine = chordrt::descriptor_to_json(
+      chordrt::ops::MoeCombineFamily::descriptor(kHopper, chordrt::ops::moe_combine_key(8, 7168, false)));
   combine["fields"]["filtered"] = -1;
   rejected(combine, "filtered must be in [0, 1], got -1");
-  combine = chordrt::descriptor_to_json(chordrt::ops::MoeCombineFamily::descriptor(kHopper, chordrt::ops::moe_combine_key(8, 7168, false)));
+  combine = chordrt::descriptor_to_json(
+      chordrt::ops::MoeCombineFamily::descriptor(kHopper, chordrt::ops::moe_combine_key(8, 7168, false)));
   combine["fields"]["threads"] = 2048;
   rejected(combine, "threads must be in [32, 1024], got 2048");
 }
