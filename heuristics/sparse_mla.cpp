@@ -16,6 +16,8 @@ constexpr int kSmemPerSm = 228 * 1024;
 // In 64-key block times: a CTA's fixed cost (barriers, q, the first load's latency) and the combine's.
 constexpr double kCtaOverheadBlocks = 1.0;
 constexpr double kCombineBlocks = 1.0;
+// Blocks a split must hold for the 128-head pair to pay for its cluster hand-offs.
+constexpr int kPairMinBlocks = 2;
 
 using chord::sparse_mla::kBlockKeys;
 
@@ -136,6 +138,13 @@ SparseMlaConfig select_sparse_mla(const SparseMlaShape& s, const DeviceFacts& fa
       c.blocks_per_split = per_split;
     }
   }
+  // 128 heads on wgmma: the pair halves each CTA's gather and conversion (H100, v25: fp8 T = 32 / 128
+  // 75.3 / 209.5 -> 72.0 / 198.5 us, BF16 89.4 / 262 -> 82.7 / 236) but costs a one-block CTA its cluster
+  // hand-offs (fp8 T = 1, 32 splits of one block: 18.5 -> 19.7).
+  c.pair = c.head_group == chord::sparse_mla::kWgmmaHeads && chord::sparse_mla::wgmma_decode_pair_fits(s.num_heads) &&
+                   c.blocks_per_split >= kPairMinBlocks
+               ? 1
+               : 0;
   return c;
 }
 
@@ -146,8 +155,11 @@ size_t sparse_mla_workspace_bytes(const SparseMlaShape& s, const SparseMlaConfig
 }
 
 std::string apply_sparse_mla_override(std::string_view spec, SparseMlaConfig& c) {
-  return apply_int_overrides(
-      spec, {{"head_group", &c.head_group}, {"warps", &c.warps}, {"stages", &c.stages}, {"splits", &c.splits}});
+  return apply_int_overrides(spec, {{"head_group", &c.head_group},
+                                    {"warps", &c.warps},
+                                    {"stages", &c.stages},
+                                    {"splits", &c.splits},
+                                    {"pair", &c.pair}});
 }
 
 std::string sparse_mla_config_error(const SparseMlaShape& s, const SparseMlaConfig& c, const DeviceFacts& facts) {
@@ -172,6 +184,11 @@ std::string sparse_mla_config_error(const SparseMlaShape& s, const SparseMlaConf
     return "splits must be in [1, min(topk / 64, 64)]";
   }
   if (c.blocks_per_split * c.splits < blocks) return "blocks_per_split * splits must cover topk / 64";
+  if (c.pair != 0 && c.pair != 1) return "pair must be 0 or 1";
+  if (c.pair &&
+      (c.head_group != chord::sparse_mla::kWgmmaHeads || !chord::sparse_mla::wgmma_decode_pair_fits(s.num_heads))) {
+    return "pair=1 needs 128 heads in two head groups of 64";
+  }
   if (decode_smem(s, c) > static_cast<size_t>(facts.max_smem_per_block_optin)) {
     return "shared memory of head_group x stages exceeds the device's per-block limit";
   }

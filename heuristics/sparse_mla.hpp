@@ -26,6 +26,7 @@ struct SparseMlaConfig {
   int stages;      // 64-key blocks in flight per CTA
   int splits;      // CTAs sharing one (token, head group)'s top-k; > 1 adds the combine kernel
   int blocks_per_split;
+  int pair;  // 1: a token's two 64-head CTAs as a 2-CTA cluster sharing each block's gather (128 heads)
 };
 
 // "" when the kernels serve the shape (format, RoPE dims, a multiple of 8 heads up to 128, topk a
@@ -44,7 +45,7 @@ int sparse_mla_ctas_per_sm(const SparseMlaShape& s, const SparseMlaConfig& c);
 // Workspace bytes for the FP32 partials (0 without a split).
 size_t sparse_mla_workspace_bytes(const SparseMlaShape& s, const SparseMlaConfig& c);
 
-// "head_group=16,warps=4,stages=2,splits=8" (any subset): experiment overrides; returns an error
+// "head_group=16,warps=4,stages=2,splits=8,pair=0" (any subset): experiment overrides; returns an error
 // message or "" (the result is validated by the caller against the shape).
 std::string apply_sparse_mla_override(std::string_view spec, SparseMlaConfig& c);
 // "" when the config can serve the shape, else why not.

@@ -413,8 +413,9 @@ TEST_CASE("plan_descriptors for sparse attention (Mistral Large 4 at TP8 / TP4, 
     // Both cache formats.
     CHECK(of_family(ds, "sparse_mla.cache_write").size() == (nope ? 4u : 2u));
     // From 32 heads, T = 1 runs 16-head groups (a grid of 32-head CTAs would leave SMs idle), except
-    // fp8 at 128 heads, where 16-head CTAs would share SMs: the wgmma kernel serves every T there.
-    const size_t per_format_pair = heads < 32 ? 2u : (heads == 128 ? 3u : 4u);
+    // fp8 at 128 heads, where 16-head CTAs would share SMs: the wgmma kernel serves every T there, as
+    // lone CTAs at T = 1 (one block a split) and as cluster pairs from T = 2.
+    const size_t per_format_pair = heads < 32 ? 2u : 4u;
     CHECK(of_family(ds, "sparse_mla.decode").size() == (nope ? 2u : 1u) * per_format_pair);
     CHECK(of_family(ds, "sparse_mla.combine").size() == 1u);
     // Exactly what dispatch picks, for decode batches and prefill chunks.

@@ -62,7 +62,7 @@ TEST_CASE("ptxas: sparse MLA decode fits the CTAs per SM its heuristic counts, w
     INFO(chordrt::jit::to_string(d));
     const PtxasReport p = compiled_report(rt, d);
     const chordrt::heuristics::SparseMlaShape s{k.format, k.rope_dims, k.heads, 2048, 1};
-    const int ctas = chordrt::heuristics::sparse_mla_ctas_per_sm(s, {k.head_group, k.warps, k.stages, 1, 32});
+    const int ctas = chordrt::heuristics::sparse_mla_ctas_per_sm(s, {k.head_group, k.warps, k.stages, 1, 32, k.pair});
     CHECK(p.registers * 32 * k.warps * ctas <= kRegistersPerSm);
     CHECK(p.spill_bytes == 0);
   }

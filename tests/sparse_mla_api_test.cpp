@@ -73,6 +73,14 @@ TEST_CASE("sparse MLA heuristics: head groups, warps and the split", "[sparse_ml
   CHECK(wide.splits == 1);
   const SparseMlaConfig wide_bf16 = select_sparse_mla(shape(128, 128, 2048, chord::sparse_mla::kBf16), kH200);
   CHECK((wide_bf16.head_group == 64 && wide_bf16.warps == 12));
+  // 128 heads pair a token's two 64-head CTAs where each holds several blocks, not at one block a split
+  // (T = 1: 32 splits of one block); 64 heads have no pair.
+  CHECK(wide.pair == 1);
+  CHECK(wide_bf16.pair == 1);
+  const SparseMlaConfig one_token = select_sparse_mla(shape(128, 1), kH200);
+  CHECK((one_token.head_group == 64 && one_token.blocks_per_split == 1 && one_token.pair == 0));
+  CHECK(select_sparse_mla(shape(128, 32), kH200).pair == 1);
+  CHECK(select_sparse_mla(shape(64, 128), kH200).pair == 0);
   CHECK(select_sparse_mla(shape(96, 128), kH200).head_group == 32);
   CHECK(select_sparse_mla(shape(24, 1), kH200).head_group == 8);
   // A 32-head grid that cannot cover the SMs even at one block per split: the 16-head kernel, for fp8
@@ -101,6 +109,7 @@ TEST_CASE("sparse MLA heuristics: head groups, warps and the split", "[sparse_ml
         CHECK(chordrt::heuristics::sparse_mla_config_error(s, c, kH200).empty());
         const int blocks = topk / 64;
         CHECK(c.splits * c.blocks_per_split >= blocks);
+        CHECK(c.pair == (heads == 128 && c.head_group == 64 && c.blocks_per_split >= 2 ? 1 : 0));
         CHECK((c.splits - 1) * c.blocks_per_split < blocks);  // no empty split
         CHECK((c.head_group == 64
                    ? chord::sparse_mla::wgmma_decode_smem(s.rope_dims).bytes
@@ -141,6 +150,19 @@ TEST_CASE("sparse MLA overrides are parsed and checked", "[sparse_mla]") {
   bad.stages = 2;
   CHECK(sparse_mla_config_error(shape(64, 4), bad, kH200).empty());
   CHECK(sparse_mla_config_error(shape(64, 4, 2048, chord::sparse_mla::kBf16), bad, kH200).empty());
+  // The pair: 0 or 1, only for 128 heads on the wgmma kernel; forced either way by the override.
+  bad.pair = 1;
+  CHECK_THAT(sparse_mla_config_error(shape(64, 4), bad, kH200), Contains("pair=1 needs 128 heads"));
+  CHECK(sparse_mla_config_error(shape(128, 4), bad, kH200).empty());
+  bad.pair = 2;
+  CHECK_THAT(sparse_mla_config_error(shape(128, 4), bad, kH200), Contains("pair must be 0 or 1"));
+  SparseMlaConfig forced = chordrt::heuristics::select_sparse_mla(shape(128, 1), kH200);
+  CHECK(apply_sparse_mla_override("pair=1", forced).empty());
+  CHECK(forced.pair == 1);
+  CHECK(sparse_mla_config_error(shape(128, 1), forced, kH200).empty());
+  forced.head_group = 16;
+  forced.warps = 4;
+  CHECK_THAT(sparse_mla_config_error(shape(128, 1), forced, kH200), Contains("pair=1 needs 128 heads"));
 }
 
 TEST_CASE("sparse MLA decode keys are checked by the family", "[sparse_mla]") {
@@ -154,10 +176,18 @@ TEST_CASE("sparse MLA decode keys are checked by the family", "[sparse_mla]") {
   CHECK(p.dynamic_smem == 2 * 64 * 656 + 16 * 1040 + 16 * 144 + 16 * 72 * 4 + 2 * 4 * 16 * 4 + 16 * 4 + 32 + 16);
   CHECK(l.config.splits > 1);
   CHECK(SparseMlaDecodeFamily::descriptor(kHopper, l.decode).get("head_group") == 16);
-  CHECK_THROWS_WITH(SparseMlaDecodeFamily::program({0, 64, 16, 24, 4, 2}), Contains("head_group"));
-  CHECK_THROWS_WITH(SparseMlaDecodeFamily::descriptor(kHopper, {0, 64, 16, 16, 4, 9}),
+  CHECK_THROWS_WITH(SparseMlaDecodeFamily::program({0, 64, 16, 24, 4, 2, 0}), Contains("head_group"));
+  CHECK_THROWS_WITH(SparseMlaDecodeFamily::descriptor(kHopper, {0, 64, 16, 16, 4, 9, 0}),
                     Contains("stages must be in [2, 8], got 9"));
-  CHECK_THROWS_WITH(SparseMlaDecodeFamily::program({0, 32, 16, 16, 4, 2}), Contains("rope_dims"));
+  CHECK_THROWS_WITH(SparseMlaDecodeFamily::program({0, 32, 16, 16, 4, 2, 0}), Contains("rope_dims"));
+  // The pair is the wgmma kernel's cluster of two: its template argument and the launch's cluster shape.
+  const chordrt::KernelProgram pair = SparseMlaDecodeFamily::program({0, 64, 128, 64, 12, 2, 1});
+  CHECK_THAT(pair.name_expression, Contains("sparse_mla_decode_wgmma_kernel<0, 64, 128, true>"));
+  CHECK(pair.cluster[0] == 2);
+  const chordrt::KernelProgram lone = SparseMlaDecodeFamily::program({1, 64, 128, 64, 12, 2, 0});
+  CHECK_THAT(lone.name_expression, Contains("sparse_mla_decode_wgmma_kernel<1, 64, 128, false>"));
+  CHECK(lone.cluster[0] == 1);
+  CHECK_THROWS_WITH(SparseMlaDecodeFamily::program({0, 64, 64, 64, 12, 2, 1}), Contains("pair=1 needs 128 heads"));
 }
 
 TEST_CASE("sparse MLA decode argument validation", "[sparse_mla]") {

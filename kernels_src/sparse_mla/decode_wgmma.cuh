@@ -12,8 +12,8 @@
 //    prescaled by the same power of two per head, exact in F16 / BF16), the online softmax, and P.V for
 //    output dims 0-255 with P (F16) from registers; it hands P and the rows' rescales to
 //  - the second P.V warpgroup, which runs P.V for dims 256-511 with P from shared memory.
-// A key buffer goes back to the producer once S and both P.V warpgroups are done with it (BF16 caches at 128
-// heads: the token's two CTAs, one per 64 heads, form a cluster: each producer gathers and converts one round of 32
+// A key buffer goes back to the producer once S and both P.V warpgroups are done with it (at 128 heads the
+// token's two CTAs, one per 64 heads, form a cluster: each producer gathers and converts one round of 32
 // of every block's 64 keys and stores them into both CTAs' buffers, the peer's through st.async
 // completing bytes of the peer's key_full; a buffer goes back to both producers, one arrival a consumer
 // warp each, local and remote); at the end both
@@ -57,7 +57,7 @@ __device__ __forceinline__ int swizzled(int row, int chunk) {
 }
 }  // namespace wgmma_decode
 
-template <int FORMAT, int ROPE, int H>
+template <int FORMAT, int ROPE, int H, bool PAIR>
 __global__ void __launch_bounds__(kWgmmaWarps * 32, 1) sparse_mla_decode_wgmma_kernel(const DecodeParams p) {
   using namespace wgmma_decode;
   constexpr WgmmaDecodeSmem S = wgmma_decode_smem(ROPE);
@@ -65,8 +65,9 @@ __global__ void __launch_bounds__(kWgmmaWarps * 32, 1) sparse_mla_decode_wgmma_k
   static_assert(R.bytes > 0 && R.bytes % 16 == 0, "RoPE dims 64, or 0 on NoPE layers; records move as 16-byte pieces");
   static_assert(H % kWgmmaHeads == 0, "whole groups of 64 heads");
   constexpr int kNope = kNopeDims / 64;  // NoPE column blocks
-  // The token's two head groups as a cluster sharing each block's gather (params.cuh).
-  constexpr bool kPair = wgmma_decode_pair(FORMAT, H);
+  // The token's two head groups as a cluster sharing each block's gather (params.cuh, heuristics).
+  static_assert(!PAIR || wgmma_decode_pair_fits(H), "a pair is the token's two 64-head groups");
+  constexpr bool kPair = PAIR;
   constexpr uint32_t kPeerBytes = 32 * S.col_blocks * kWgmmaColBytes;  // the peer's round of a block, stored here
 
   extern __shared__ uint8_t smem_raw[];
@@ -198,9 +199,12 @@ __global__ void __launch_bounds__(kWgmmaWarps * 32, 1) sparse_mla_decode_wgmma_k
   if (role == 2) {
     // ================= producer: records -> registers -> dequantized key buffers =================
     set_max_registers_decrease<kProducerRegisters>();
-    // Lane l of warp w: keys 8w + l % 8 + 32 r (round r), 16-byte piece l / 8 of each 64-byte NoPE column
-    // and 32-byte piece l / 8 of the RoPE dims.
+    // Lane l of warp w: keys 8w + l % 8 + 32 r (round r), and of each 64-dim column block (NoPE and RoPE)
+    // two 8-dim chunks of piece = l / 8: 2 piece and 2 piece + 1 (16 contiguous E4M3 bytes, one load), or in
+    // a pair piece and piece + 4, so that each store instruction writes 64 contiguous bytes of each of its 8
+    // keys (the peer's copy goes through distributed shared memory, which wants coalesced 32-byte segments).
     const int kbase = 8 * (warp % 4) + lane % 8, piece = lane / 8;
+    const int chunk0 = kPair ? piece : 2 * piece, chunk1 = chunk0 + (kPair ? 4 : 1);
     auto fetch_slot = [&](int j, int r) -> int32_t {
       const int pos = key_begin + j * kWgmmaBlockKeys + kbase + 32 * r;
       return j < nblocks && pos < key_end ? __ldg(p.indices + t * p.topk + pos) : -1;
@@ -270,11 +274,18 @@ __global__ void __launch_bounds__(kWgmmaWarps * 32, 1) sparse_mla_decode_wgmma_k
             const uint8_t* rec = p.cache + static_cast<int64_t>(pick(slot, q)) * R.bytes;
             scale[q] = __ldg(reinterpret_cast<const float4*>(rec + R.scale_offset));
 #pragma unroll
-            for (int cb = 0; cb < kNope; ++cb)
-              nope[q][cb] = __ldg(reinterpret_cast<const uint4*>(rec + 64 * cb + 16 * piece));
+            for (int cb = 0; cb < kNope; ++cb) {
+              if constexpr (kPair) {
+                const uint2 lo = __ldg(reinterpret_cast<const uint2*>(rec + 64 * cb + 8 * chunk0));
+                const uint2 hi = __ldg(reinterpret_cast<const uint2*>(rec + 64 * cb + 8 * chunk1));
+                nope[q][cb] = make_uint4(lo.x, lo.y, hi.x, hi.y);
+              } else {
+                nope[q][cb] = __ldg(reinterpret_cast<const uint4*>(rec + 64 * cb + 8 * chunk0));
+              }
+            }
             if constexpr (ROPE > 0) {
-              rope[q][0] = __ldg(reinterpret_cast<const uint4*>(rec + R.rope_offset + 32 * piece));
-              rope[q][1] = __ldg(reinterpret_cast<const uint4*>(rec + R.rope_offset + 32 * piece + 16));
+              rope[q][0] = __ldg(reinterpret_cast<const uint4*>(rec + R.rope_offset + 16 * chunk0));
+              rope[q][1] = __ldg(reinterpret_cast<const uint4*>(rec + R.rope_offset + 16 * chunk1));
             }
           }
         }
@@ -286,7 +297,7 @@ __global__ void __launch_bounds__(kWgmmaWarps * 32, 1) sparse_mla_decode_wgmma_k
           const int key = round_key(q);
           const float sc[4] = {scale[q].x, scale[q].y, scale[q].z, scale[q].w};
 #pragma unroll
-          for (int cb = 0; cb < kNope; ++cb) {  // 16 E4M3 -> 16 F16 (x the tile's scale): chunks 2 piece, + 1
+          for (int cb = 0; cb < kNope; ++cb) {  // 16 E4M3 -> 16 F16 (x the tile's scale): chunks chunk0, chunk1
             const uint32_t w[4] = {nope[q][cb].x, nope[q][cb].y, nope[q][cb].z, nope[q][cb].w};
             uint32_t hv[8];
 #pragma unroll
@@ -296,13 +307,13 @@ __global__ void __launch_bounds__(kWgmmaWarps * 32, 1) sparse_mla_decode_wgmma_k
               hv[2 * k + 1] = f16x2_scaled(hv[2 * k + 1], sc[cb / 2]);
             }
             uint8_t* col = buf + cb * kKeyColBytes;
-            store(col + swizzled(key, 2 * piece), make_uint4(hv[0], hv[1], hv[2], hv[3]));
-            store(col + swizzled(key, 2 * piece + 1), make_uint4(hv[4], hv[5], hv[6], hv[7]));
+            store(col + swizzled(key, chunk0), make_uint4(hv[0], hv[1], hv[2], hv[3]));
+            store(col + swizzled(key, chunk1), make_uint4(hv[4], hv[5], hv[6], hv[7]));
           }
           if constexpr (ROPE > 0) {
             uint8_t* col = buf + kNope * kKeyColBytes;
-            store(col + swizzled(key, 2 * piece), rope[q][0]);
-            store(col + swizzled(key, 2 * piece + 1), rope[q][1]);
+            store(col + swizzled(key, chunk0), rope[q][0]);
+            store(col + swizzled(key, chunk1), rope[q][1]);
           }
         }
       } else {
@@ -321,12 +332,12 @@ __global__ void __launch_bounds__(kWgmmaWarps * 32, 1) sparse_mla_decode_wgmma_k
             const uint8_t* rec = p.cache + static_cast<int64_t>(pick(slot, q)) * R.bytes;
 #pragma unroll
             for (int cb = 0; cb < kNope; ++cb) {
-              nope[cb][0] = __ldg(reinterpret_cast<const uint4*>(rec + 128 * cb + 32 * piece));
-              nope[cb][1] = __ldg(reinterpret_cast<const uint4*>(rec + 128 * cb + 32 * piece + 16));
+              nope[cb][0] = __ldg(reinterpret_cast<const uint4*>(rec + 128 * cb + 16 * chunk0));
+              nope[cb][1] = __ldg(reinterpret_cast<const uint4*>(rec + 128 * cb + 16 * chunk1));
             }
             if constexpr (ROPE > 0) {
-              rope[0] = __ldg(reinterpret_cast<const uint4*>(rec + R.rope_offset + 32 * piece));
-              rope[1] = __ldg(reinterpret_cast<const uint4*>(rec + R.rope_offset + 32 * piece + 16));
+              rope[0] = __ldg(reinterpret_cast<const uint4*>(rec + R.rope_offset + 16 * chunk0));
+              rope[1] = __ldg(reinterpret_cast<const uint4*>(rec + R.rope_offset + 16 * chunk1));
             }
           }
           if (q == 0) wait_buffer();
@@ -336,15 +347,15 @@ __global__ void __launch_bounds__(kWgmmaWarps * 32, 1) sparse_mla_decode_wgmma_k
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
               const uint4 w = nope[cb][h];
-              store(col + swizzled(key, 2 * piece + h),
+              store(col + swizzled(key, h ? chunk1 : chunk0),
                     make_uint4(bf16x2_to_f16x2_satfinite(w.x), bf16x2_to_f16x2_satfinite(w.y),
                                bf16x2_to_f16x2_satfinite(w.z), bf16x2_to_f16x2_satfinite(w.w)));
             }
           }
           if constexpr (ROPE > 0) {
             uint8_t* col = buf + kNope * kKeyColBytes;
-            store(col + swizzled(key, 2 * piece), rope[0]);
-            store(col + swizzled(key, 2 * piece + 1), rope[1]);
+            store(col + swizzled(key, chunk0), rope[0]);
+            store(col + swizzled(key, chunk1), rope[1]);
           }
         }
       }

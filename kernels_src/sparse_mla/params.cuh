@@ -92,10 +92,9 @@ constexpr int kWgmmaBlockKeys = 64;
 constexpr int kWgmmaWarps = 12;  // the S warpgroup, the second P.V warpgroup, the producer
 constexpr int kWgmmaColBytes = 128;
 static_assert(kWgmmaBlockKeys == kBlockKeys, "split ranges are counted in decode blocks");
-// BF16 caches at 128 heads: the token's two head groups run as a 2-CTA cluster, each producer loading half
-// of every block for both CTAs. Not E4M3: its pair measured 25% slower than two lone CTAs (bench/NOTES.md,
-// "v16, v22 and v23 measured").
-CHORD_HD constexpr bool wgmma_decode_pair(int format, int heads) { return format == kBf16 && heads == 2 * kWgmmaHeads; }
+// 128 heads may run the token's two head groups as a 2-CTA cluster (the descriptor's `pair`), each producer
+// loading half of every block for both CTAs.
+CHORD_HD constexpr bool wgmma_decode_pair_fits(int heads) { return heads == 2 * kWgmmaHeads; }
 
 struct WgmmaDecodeSmem {
   int col_blocks;        // 64-dim column blocks of a key or query row (8 NoPE, + 1 RoPE)

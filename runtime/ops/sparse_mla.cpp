@@ -25,7 +25,7 @@ const SparseMlaShape kExamples[] = {{sm::kFp8DsMla, 64, 8, 2048, 1},     {sm::kF
                                     {sm::kFp8DsMla, 64, 128, 2048, 128}, {sm::kFp8DsMla, 64, 64, 2048, 1}};
 
 SparseMlaDecodeKey decode_key(const SparseMlaShape& s, const SparseMlaConfig& c) {
-  return {s.format, s.rope_dims, s.num_heads, c.head_group, c.warps, c.stages};
+  return {s.format, s.rope_dims, s.num_heads, c.head_group, c.warps, c.stages, c.pair};
 }
 
 }  // namespace
@@ -34,16 +34,16 @@ KernelProgram SparseMlaDecodeFamily::program(const K& k) {
   // The kernel's own constraints: the shape's rule and the config's, at the smallest top-k.
   const SparseMlaShape s{k.format, k.rope_dims, k.heads, sm::kBlockKeys, 1};
   std::string why = heuristics::sparse_mla_shape_error(s);
-  if (why.empty()) why = heuristics::sparse_mla_config_error(s, {k.head_group, k.warps, k.stages, 1, 1}, {});
+  if (why.empty()) why = heuristics::sparse_mla_config_error(s, {k.head_group, k.warps, k.stages, 1, 1, k.pair}, {});
   if (!why.empty()) throw_error(CHORD_ERROR_INVALID_ARGUMENT, "{}: {}", kName, why);
   KernelProgram p;
   p.threads = static_cast<uint32_t>(32 * k.warps);
   if (k.head_group == sm::kWgmmaHeads) {
     p.header = "sparse_mla/decode_wgmma.cuh";
-    p.name_expression =
-        fmt::format("chord::sparse_mla::sparse_mla_decode_wgmma_kernel<{}, {}, {}>", k.format, k.rope_dims, k.heads);
+    p.name_expression = fmt::format("chord::sparse_mla::sparse_mla_decode_wgmma_kernel<{}, {}, {}, {}>", k.format,
+                                    k.rope_dims, k.heads, k.pair ? "true" : "false");
     p.dynamic_smem = static_cast<uint32_t>(sm::wgmma_decode_smem(k.rope_dims).bytes);
-    if (sm::wgmma_decode_pair(k.format, k.heads)) p.cluster = {2, 1, 1};
+    if (k.pair) p.cluster = {2, 1, 1};
     return p;
   }
   p.header = "sparse_mla/decode.cuh";

@@ -24,6 +24,7 @@ struct SparseMlaCacheWriteKey {
 };
 struct SparseMlaDecodeKey {
   int format, rope_dims, heads, head_group, warps, stages;
+  int pair;  // 1: the wgmma kernel's two head groups of a token as a 2-CTA cluster (128 heads)
 };
 struct SparseMlaCombineKey {
   int heads;
@@ -44,13 +45,14 @@ struct SparseMlaCacheWriteFamily : JitFamily<SparseMlaCacheWriteFamily, SparseMl
 struct SparseMlaDecodeFamily : JitFamily<SparseMlaDecodeFamily, SparseMlaDecodeKey> {
   using K = SparseMlaDecodeKey;
   static constexpr std::string_view kName = "sparse_mla.decode";
-  static constexpr std::array<KeyField<K>, 6> kFields{{
+  static constexpr std::array<KeyField<K>, 7> kFields{{
       {"format", &K::format, sm::kFp8DsMla, sm::kBf16},
       {"rope_dims", &K::rope_dims, 0, 64},
       {"heads", &K::heads, 8, sm::kMaxHeads},
       {"head_group", &K::head_group, 8, 64},
       {"warps", &K::warps, 4, 16},
       {"stages", &K::stages, 2, 8},
+      {"pair", &K::pair, 0, 1},
   }};
   static KernelProgram program(const K& k);
   static std::vector<K> examples(const DeviceFacts& facts);

@@ -318,10 +318,13 @@ t.check_case({heads}, {tokens}, {topk}, {seed}, {wgmma})
 
 # Each kernel outside the shapes its heuristic gives it (CHORD_MLA_CONFIG: a fresh process, the
 # environment is read once): the wgmma kernel at one token (many splits of one 64-key block, and one
-# split of all), the mma.sync kernel at 64 and 128 heads with fp8 caches.
+# split of all; at 128 heads also as a cluster pair), lone 64-head CTAs where 128 heads would pair, the
+# mma.sync kernel at 64 and 128 heads with fp8 caches.
 @pytest.mark.parametrize("heads, tokens, topk, config", [
     (64, 1, 2048, "head_group=64,warps=12,stages=2"),
     (128, 1, 2048, "head_group=64,warps=12,stages=2,splits=1"),
+    (128, 1, 2048, "head_group=64,warps=12,stages=2,pair=1"),
+    (128, 64, 2048, "head_group=64,warps=12,stages=2,pair=0"),
     (64, 2, 4096, "head_group=64,warps=12,stages=2,splits=64"),
     (128, 64, 2048, "head_group=32,warps=8,stages=2"),
     (64, 3, 2048, "head_group=16,warps=4,stages=2"),
