@@ -46,8 +46,8 @@ std::vector<std::string> nvrtc_options(const Arch& arch, int nvrtc_major, int nv
   std::vector<std::string> o = {"--gpu-architecture=" + arch.name(), "-std=c++17", "-default-device",
                                 "--ptxas-options=-v", "-DCHORD_JIT=1"};
   // -minimal (NVRTC 12.4+) leaves out the CUDA runtime's device-side declarations, which no kernel here
-  // uses: the same SASS for all 89 kernels of the kimi-k2 ep8 plan, the plan's median cold compile 363 ->
-  // 321 ms on the 2-core machine (bench/NOTES.md, "Cold compile: -minimal").
+  // uses: the same SASS for all 89 kernels of the kimi-k2 ep8 plan, each compile ~2% shorter
+  // (bench/NOTES.md, "Cold compile: -minimal").
   if (nvrtc_major > 12 || (nvrtc_major == 12 && nvrtc_minor >= 4)) o.emplace_back("-minimal");
   return o;
 }
