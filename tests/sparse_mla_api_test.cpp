@@ -79,6 +79,9 @@ TEST_CASE("sparse MLA heuristics: head groups, warps and the split", "[sparse_ml
   CHECK(wide_bf16.pair == 1);
   const SparseMlaConfig one_token = select_sparse_mla(shape(128, 1), kH200);
   CHECK((one_token.head_group == 64 && one_token.blocks_per_split == 1 && one_token.pair == 0));
+  CHECK(select_sparse_mla(shape(128, 2), kH200).pair == 0);              // 32 splits of one block
+  const SparseMlaConfig four = select_sparse_mla(shape(128, 4), kH200);  // the first paired T: 16 splits of 2
+  CHECK((four.splits == 16 && four.blocks_per_split == 2 && four.pair == 1));
   CHECK(select_sparse_mla(shape(128, 32), kH200).pair == 1);
   CHECK(select_sparse_mla(shape(64, 128), kH200).pair == 0);
   CHECK(select_sparse_mla(shape(96, 128), kH200).head_group == 32);
