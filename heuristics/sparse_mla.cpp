@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "heuristics/config_override.hpp"
 #include "runtime/core/math.hpp"
@@ -31,6 +32,11 @@ size_t decode_smem(const SparseMlaShape& s, const SparseMlaConfig& c) {
 
 // The WGMMA kernel's fixed shape: three warpgroups, two-deep rings.
 constexpr int kWgmmaStages = 2;
+
+// Where the 128-head pair can run: the token's two 64-head groups on the wgmma kernel.
+bool pair_fits(const SparseMlaShape& s, const SparseMlaConfig& c) {
+  return c.head_group == chord::sparse_mla::kWgmmaHeads && chord::sparse_mla::wgmma_decode_pair_fits(s.num_heads);
+}
 
 }  // namespace
 
@@ -138,14 +144,15 @@ SparseMlaConfig select_sparse_mla(const SparseMlaShape& s, const DeviceFacts& fa
       c.blocks_per_split = per_split;
     }
   }
-  // 128 heads on wgmma: the pair halves each CTA's gather and conversion (H100, v25: fp8 T = 32 / 128
-  // 75.3 / 209.5 -> 72.0 / 198.5 us, BF16 89.4 / 262 -> 82.7 / 236) but costs a one-block CTA its cluster
-  // hand-offs (fp8 T = 1, 32 splits of one block: 18.5 -> 19.7).
-  c.pair = c.head_group == chord::sparse_mla::kWgmmaHeads && chord::sparse_mla::wgmma_decode_pair_fits(s.num_heads) &&
-                   c.blocks_per_split >= kPairMinBlocks
-               ? 1
-               : 0;
+  c.pair = select_sparse_mla_pair(s, c);
   return c;
+}
+
+int select_sparse_mla_pair(const SparseMlaShape& s, const SparseMlaConfig& c) {
+  // The pair halves each CTA's gather and conversion (H100, v25: fp8 T = 32 / 128 75.3 / 209.5 -> 72.0 /
+  // 198.5 us, BF16 89.4 / 262 -> 82.7 / 236) but costs a one-block CTA its cluster hand-offs (fp8 T = 1,
+  // 32 splits of one block: 18.5 -> 19.7).
+  return pair_fits(s, c) && c.blocks_per_split >= kPairMinBlocks ? 1 : 0;
 }
 
 size_t sparse_mla_workspace_bytes(const SparseMlaShape& s, const SparseMlaConfig& c) {
@@ -160,6 +167,21 @@ std::string apply_sparse_mla_override(std::string_view spec, SparseMlaConfig& c)
                                     {"stages", &c.stages},
                                     {"splits", &c.splits},
                                     {"pair", &c.pair}});
+}
+
+std::string resolve_sparse_mla_override(std::string_view spec, const SparseMlaShape& s, SparseMlaConfig& c) {
+  const SparseMlaConfig before = c;
+  constexpr int kUnnamed = std::numeric_limits<int>::min();
+  c.pair = kUnnamed;
+  if (std::string err = apply_sparse_mla_override(spec, c); !err.empty()) {
+    c = before;
+    return err;
+  }
+  if (c.splits != before.splits && c.splits > 0) {
+    c.blocks_per_split = ceil_div(std::max(1, ceil_div(s.topk, kBlockKeys)), c.splits);
+  }
+  if (c.pair == kUnnamed) c.pair = select_sparse_mla_pair(s, c);
+  return "";
 }
 
 std::string sparse_mla_config_error(const SparseMlaShape& s, const SparseMlaConfig& c, const DeviceFacts& facts) {
@@ -185,10 +207,7 @@ std::string sparse_mla_config_error(const SparseMlaShape& s, const SparseMlaConf
   }
   if (c.blocks_per_split * c.splits < blocks) return "blocks_per_split * splits must cover topk / 64";
   if (c.pair != 0 && c.pair != 1) return "pair must be 0 or 1";
-  if (c.pair &&
-      (c.head_group != chord::sparse_mla::kWgmmaHeads || !chord::sparse_mla::wgmma_decode_pair_fits(s.num_heads))) {
-    return "pair=1 needs 128 heads in two head groups of 64";
-  }
+  if (c.pair && !pair_fits(s, c)) return "pair=1 needs 128 heads in two head groups of 64";
   if (decode_smem(s, c) > static_cast<size_t>(facts.max_smem_per_block_optin)) {
     return "shared memory of head_group x stages exceeds the device's per-block limit";
   }

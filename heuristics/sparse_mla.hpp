@@ -39,6 +39,10 @@ SparseMlaConfig select_sparse_mla_kernel(const SparseMlaShape& s, const DeviceFa
 // Adds the split: the count that minimizes waves x blocks per split (+ the combine's cost) on the SMs.
 SparseMlaConfig select_sparse_mla(const SparseMlaShape& s, const DeviceFacts& facts);
 
+// The 128-head cluster pair (1) where the config runs two 64-head groups on wgmma and each split holds
+// enough blocks to pay for the cluster's hand-offs, else 0.
+int select_sparse_mla_pair(const SparseMlaShape& s, const SparseMlaConfig& c);
+
 // CTAs of one config resident per SM (shared memory and registers).
 int sparse_mla_ctas_per_sm(const SparseMlaShape& s, const SparseMlaConfig& c);
 
@@ -48,6 +52,10 @@ size_t sparse_mla_workspace_bytes(const SparseMlaShape& s, const SparseMlaConfig
 // "head_group=16,warps=4,stages=2,splits=8,pair=0" (any subset): experiment overrides; returns an error
 // message or "" (the result is validated by the caller against the shape).
 std::string apply_sparse_mla_override(std::string_view spec, SparseMlaConfig& c);
+// The override applied to shape s's config: the named fields set, the ones that follow from them
+// re-derived (blocks_per_split from splits; pair by select_sparse_mla_pair unless named). The config is
+// unchanged when the spec is bad.
+std::string resolve_sparse_mla_override(std::string_view spec, const SparseMlaShape& s, SparseMlaConfig& c);
 // "" when the config can serve the shape, else why not.
 std::string sparse_mla_config_error(const SparseMlaShape& s, const SparseMlaConfig& c, const DeviceFacts& facts);
 

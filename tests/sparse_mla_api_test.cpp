@@ -168,6 +168,35 @@ TEST_CASE("sparse MLA overrides are parsed and checked", "[sparse_mla]") {
   CHECK_THAT(sparse_mla_config_error(shape(128, 1), forced, kH200), Contains("pair=1 needs 128 heads"));
 }
 
+TEST_CASE("a sparse MLA override re-derives the fields that follow from it", "[sparse_mla]") {
+  using chordrt::heuristics::resolve_sparse_mla_override;
+  using chordrt::heuristics::select_sparse_mla;
+  using chordrt::heuristics::sparse_mla_config_error;
+  // 128 heads at T = 64 pair by default; 32-head groups cannot, so the pair follows the override off.
+  const SparseMlaShape s64 = shape(128, 64);
+  SparseMlaConfig c = select_sparse_mla(s64, kH200);
+  REQUIRE(c.pair == 1);
+  CHECK(resolve_sparse_mla_override("head_group=32,warps=8,stages=2", s64, c).empty());
+  CHECK(c.pair == 0);
+  CHECK(sparse_mla_config_error(s64, c, kH200).empty());
+  // More splits: blocks_per_split follows, and one block a split drops the pair.
+  const SparseMlaShape s128 = shape(128, 128);
+  c = select_sparse_mla(s128, kH200);
+  CHECK(resolve_sparse_mla_override("splits=32", s128, c).empty());
+  CHECK((c.splits == 32 && c.blocks_per_split == 1 && c.pair == 0));
+  CHECK(resolve_sparse_mla_override("splits=4", s128, c).empty());
+  CHECK((c.blocks_per_split == 8 && c.pair == 1));
+  // A named pair stays as named, for the check to judge.
+  CHECK(resolve_sparse_mla_override("splits=32,pair=1", s128, c).empty());
+  CHECK((c.blocks_per_split == 1 && c.pair == 1));
+  CHECK(resolve_sparse_mla_override("pair=0", s128, c).empty());
+  CHECK(c.pair == 0);
+  // A bad spec leaves the config as it was.
+  const SparseMlaConfig before = c;
+  CHECK_THAT(resolve_sparse_mla_override("splits=4,pair=x", s128, c), Contains("bad value"));
+  CHECK((c.splits == before.splits && c.blocks_per_split == before.blocks_per_split && c.pair == before.pair));
+}
+
 TEST_CASE("sparse MLA decode keys are checked by the family", "[sparse_mla]") {
   using chordrt::ops::SparseMlaDecodeFamily;
   const chordrt::ops::SparseMlaLaunch l = chordrt::ops::sparse_mla_launch(shape(16, 1), kH200);

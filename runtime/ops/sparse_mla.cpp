@@ -3,7 +3,6 @@
 
 #include <cmath>
 
-#include "runtime/core/math.hpp"
 #include "runtime/env_config.hpp"
 #include "runtime/launch.hpp"
 #include "runtime/ops/resolve_config.hpp"
@@ -74,12 +73,7 @@ SparseMlaLaunch sparse_mla_launch(const SparseMlaShape& s, const DeviceFacts& fa
   const SparseMlaConfig c = resolve_config(
       kOp, "CHORD_MLA_CONFIG", env_config().mla_override, heuristics::select_sparse_mla(s, facts),
       [&](std::string_view spec, SparseMlaConfig& cfg) {
-        const int splits_before = cfg.splits;
-        std::string err = heuristics::apply_sparse_mla_override(spec, cfg);
-        if (err.empty() && cfg.splits != splits_before && cfg.splits > 0) {
-          cfg.blocks_per_split = ceil_div(s.topk / sm::kBlockKeys, cfg.splits);
-        }
-        return err;
+        return heuristics::resolve_sparse_mla_override(spec, s, cfg);
       },
       [&](const SparseMlaConfig& cfg) -> std::string {
         try {
