@@ -2,7 +2,8 @@
 # A kernel experiment against main in one device call (after tools/gpu_run.sh has built build-gpu): the
 # tree copied with PATCHES applied in order (comma-separated bench/experiments/*.patch, each on the ones
 # before it: v12 is a patch on v11), its library built, the GPU tests of
-# PYTEST (pytest arguments, the patched tree's tests) run on it, then BENCH (a bench script and its arguments) run A B A B on the
+# PYTEST (pytest arguments as shell words, the patched tree's tests) run on it, then BENCH (a bench script and its
+# arguments, shell words too) run A B A B on the
 # same inputs, main and patched alternating, each with its own kernel cache.
 # Usage: tools/ab_patch.sh OUTDIR PATCHES "PYTEST" "BENCH"
 #   e.g. tools/ab_patch.sh "$OUT" bench/experiments/sparse_mla_wgmma_v11_producer_dequant.patch \
@@ -48,8 +49,8 @@ patched() {  # patched CMD...: CMD in the patched tree (its tests, Python packag
 }
 status=0
 if [ -n "$pytest_args" ]; then
-  # shellcheck disable=SC2086  # the caller's pytest arguments, split as given
-  patched python3 -m pytest -q -rs $pytest_args >"$out/ab_pytest.log" 2>&1 || status=1
+  eval "pytest_words=($pytest_args)"  # shell words: a quoted -k expression stays one argument
+  patched python3 -m pytest -q -rs "${pytest_words[@]}" >"$out/ab_pytest.log" 2>&1 || status=1
   echo "ab_patch pytest (patched): $(tail -n 1 "$out/ab_pytest.log")"
 fi
 if [ -n "${CHORD_AB_RACECHECK:-}" ]; then
@@ -59,12 +60,12 @@ if [ -n "${CHORD_AB_RACECHECK:-}" ]; then
   echo "ab_patch racecheck (patched): $(grep -E "RACECHECK SUMMARY" "$out/ab_racecheck.log" | sort | uniq -c | tr '\n' ' ')"
 fi
 if [ -n "$bench" ]; then
+  eval "bench_words=($bench)"  # shell words: a quoted shape name with spaces stays one argument
   for run in 1 2; do
     for side in main patched; do
       lib=$main_lib
       [ "$side" = patched ] && lib=$patched_lib
-      # shellcheck disable=SC2086  # the bench script and its arguments, split as given
-      CHORDRT_LIBRARY=$lib CHORD_CACHE_DIR=/tmp/chordrt-ab-cache-$side timeout "$limit" python3 $bench \
+      CHORDRT_LIBRARY=$lib CHORD_CACHE_DIR=/tmp/chordrt-ab-cache-$side timeout "$limit" python3 "${bench_words[@]}" \
         --json "$out/ab_${side}_$run.json" >"$out/ab_${side}_$run.log" 2>&1 || status=1
       echo "== $side, run $run"
       grep -E " us " "$out/ab_${side}_$run.log" | cut -c1-110
