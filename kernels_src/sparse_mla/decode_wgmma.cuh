@@ -145,6 +145,30 @@ __global__ void __launch_bounds__(kWgmmaWarps * 32, 1) sparse_mla_decode_wgmma_k
   if (threadIdx.x < kWgmmaHeads) {
     sink_s[threadIdx.x] = p.splits == 1 && p.sink ? p.sink[head0 + threadIdx.x] * kLog2e : -inf_f32();
   }
+  // The producer's lanes (role 2). Lane l of warp w: keys 8w + l % 8 + 32 r (round r), and of each 64-dim
+  // column block (NoPE and RoPE) two 8-dim chunks of piece = l / 8: 2 piece and 2 piece + 1 (16 contiguous
+  // E4M3 bytes, one load), or in a pair piece and piece + 4, so that each store instruction writes 64
+  // contiguous bytes of each of its 8 keys (the peer's copy goes through distributed shared memory, which
+  // wants coalesced 32-byte segments). Functions of the lane rather than values: held across Q's prologue
+  // by every warp they spilled a consumer register (NVRTC, E4M3 at 128 heads).
+  auto lane_key = [&]() { return 8 * (warp % 4) + lane % 8; };
+  auto lane_piece = [&]() { return lane / 8; };
+  // The slot of key kbase + 32 r of block j (-1 past the split's keys).
+  auto fetch_slot = [&](int kbase, int j, int r) -> int32_t {
+    const int pos = key_begin + j * kWgmmaBlockKeys + kbase + 32 * r;
+    return j < nblocks && pos < key_end ? __ldg(p.indices + t * p.topk + pos) : -1;
+  };
+  // A key's four lanes share its slots: the lane of piece r holds round r's (two registers a lane, not
+  // four) and asks L2 for that round's record (in a pair only the rounds this CTA converts).
+  static_assert(kKeysPerLane <= 4, "a round's slots held by the lane of that piece");
+  auto prefetch_record = [&](int piece, int32_t slot) {
+    if (piece < kKeysPerLane && (!kPair || piece == static_cast<int>(rank)) && slot >= 0 && slot < p.num_slots) {
+      bulk_prefetch_l2(p.cache + static_cast<int64_t>(slot) * R.bytes, static_cast<uint32_t>(R.bytes));
+    }
+  };
+  // Block 0's records asked of L2 before Q's rows land: the index and record loads' two memory latencies
+  // run under Q's copy and conversion instead of after them (the whole chain of a one-block CTA, T = 1).
+  if (role == 2) prefetch_record(lane_piece(), fetch_slot(lane_key(), 0, lane_piece() % kKeysPerLane));
   mbarrier_wait(q_full, 0);
   for (int hh = warp; hh < kWgmmaHeads; hh += kWgmmaWarps) {
     const uint8_t* qrow = keys_s + hh * R.dims * 2;
@@ -199,32 +223,16 @@ __global__ void __launch_bounds__(kWgmmaWarps * 32, 1) sparse_mla_decode_wgmma_k
   if (role == 2) {
     // ================= producer: records -> registers -> dequantized key buffers =================
     set_max_registers_decrease<kProducerRegisters>();
-    // Lane l of warp w: keys 8w + l % 8 + 32 r (round r), and of each 64-dim column block (NoPE and RoPE)
-    // two 8-dim chunks of piece = l / 8: 2 piece and 2 piece + 1 (16 contiguous E4M3 bytes, one load), or in
-    // a pair piece and piece + 4, so that each store instruction writes 64 contiguous bytes of each of its 8
-    // keys (the peer's copy goes through distributed shared memory, which wants coalesced 32-byte segments).
-    const int kbase = 8 * (warp % 4) + lane % 8, piece = lane / 8;
+    const int kbase = lane_key(), piece = lane_piece(), round = piece % kKeysPerLane;
     const int chunk0 = kPair ? piece : 2 * piece, chunk1 = chunk0 + (kPair ? 4 : 1);
-    auto fetch_slot = [&](int j, int r) -> int32_t {
-      const int pos = key_begin + j * kWgmmaBlockKeys + kbase + 32 * r;
-      return j < nblocks && pos < key_end ? __ldg(p.indices + t * p.topk + pos) : -1;
-    };
     // Slots two blocks ahead: block j + 1's records are asked of L2 while block j is converted (the slot
-    // loads of j + 2 have a block's time to land before that prefetch needs them). A key's four lanes share
-    // its slots: the lane of piece r holds round r's (two registers a lane, not four) and the others read
-    // them by shuffle.
-    static_assert(kKeysPerLane <= 4, "a round's slots held by the lane of that piece");
-    const int round = piece % kKeysPerLane;
-    int32_t next = fetch_slot(0, round), ahead = fetch_slot(1, round);
+    // loads of j + 2 have a block's time to land before that prefetch needs them).
+    int32_t next = fetch_slot(kbase, 0, round), ahead = fetch_slot(kbase, 1, round);
     auto slot_of = [&](int r) { return __shfl_sync(~0u, next, lane % 8 + 8 * r); };
-    auto prefetch_next = [&]() {  // block j + 1's record of this lane's round (one lane of a key a round)
-      if (piece < kKeysPerLane && (!kPair || piece == static_cast<int>(rank)) && next >= 0 && next < p.num_slots) {
-        bulk_prefetch_l2(p.cache + static_cast<int64_t>(next) * R.bytes, static_cast<uint32_t>(R.bytes));
-      }
-    };
+    auto prefetch_next = [&]() { prefetch_record(piece, next); };  // block j + 1's (after advance)
     auto advance = [&](int j) {  // the slots of blocks j + 1 and j + 2 (j: the block just read)
       next = ahead;
-      ahead = fetch_slot(j + 2, round);
+      ahead = fetch_slot(kbase, j + 2, round);
     };
     // This CTA's rounds: both, or in a pair round `rank` (the peer converts the other); every round's
     // validity, for the keys' mask biases.
