@@ -18,6 +18,7 @@ mkdir -p "$out"
 out=$(realpath "$out")
 budget=${CHORD_QUEUE_BUDGET_S:-560}
 build=${CHORD_GPU_BUILD_DIR:-build-gpu}
+case "$build" in /*) ;; *) build=$PWD/$build ;; esac
 start=$SECONDS
 : >"$out/summary.txt"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv >"$out/gpu.txt" 2>&1 || true
@@ -29,8 +30,8 @@ if [ ! -f "$build/libchordrt.so" ]; then
   fi
 fi
 printf '%-24s %-7s %5ss\n' build done "$((SECONDS - start))" >>"$out/summary.txt"
-export CHORDRT_LIBRARY=$PWD/$build/libchordrt.so CHORD_JIT=$PWD/$build/chord-jit
-export CHORD_CACHE_DIR=${CHORD_CACHE_DIR:-$PWD/$build/gpu-cache}
+export CHORDRT_LIBRARY=$build/libchordrt.so CHORD_JIT=$build/chord-jit
+export CHORD_CACHE_DIR=${CHORD_CACHE_DIR:-$build/gpu-cache}
 export PYTHONPATH="$PWD/tools/python:$PWD/bench${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 while read -r limit name command <&3; do
   case "$limit" in '' | '#'*) continue ;; esac
