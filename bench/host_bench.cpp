@@ -67,11 +67,10 @@ __global__ void reference_kernel(const float* __restrict__ x, float* __restrict_
 
 double reference_compile_ms(const Arch& arch) {
   std::vector<double> ms;
+  const Nvrtc& n = Nvrtc::get();
+  const std::vector<std::string> options = nvrtc_options(arch, n.major(), n.minor());
   for (int i = 0; i < 5; ++i) {
-    const Nvrtc& n = Nvrtc::get();
-    ms.push_back(
-        n.compile(kReferenceSource, "reference_kernel<16>", nvrtc_options(arch, n.major(), n.minor()), {}, "reference")
-            .compile_ms);
+    ms.push_back(n.compile(kReferenceSource, "reference_kernel<16>", options, {}, "reference").compile_ms);
   }
   return median(ms);
 }

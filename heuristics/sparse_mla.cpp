@@ -22,6 +22,9 @@ constexpr int kPairMinBlocks = 2;
 
 using chord::sparse_mla::kBlockKeys;
 
+// The decode's 64-key blocks of a query's top-k (at least one).
+int topk_blocks(const SparseMlaShape& s) { return std::max(1, ceil_div(s.topk, kBlockKeys)); }
+
 size_t decode_smem(const SparseMlaShape& s, const SparseMlaConfig& c) {
   if (c.head_group == chord::sparse_mla::kWgmmaHeads) {
     return static_cast<size_t>(chord::sparse_mla::wgmma_decode_smem(s.rope_dims).bytes);
@@ -77,7 +80,7 @@ SparseMlaConfig select_sparse_mla_kernel(const SparseMlaShape& s, const DeviceFa
   // (measured at T = 1: 19.7 -> 16.7 us at h = 64, even at h = 128 and at T = 2; 8 warps on 16 heads
   // were ~1 us faster at T = 1 but spill under two CTAs' register cap). With the SMs covered, 32-head
   // groups win by 28-30% (T = 32): they gather each record once for twice the heads.
-  const int64_t max_splits = std::min(ceil_div(std::max(s.topk, 1), kBlockKeys), chord::sparse_mla::kMaxSplits);
+  const int64_t max_splits = std::min(topk_blocks(s), chord::sparse_mla::kMaxSplits);
   if (c.head_group == 32 && s.num_tokens * (s.num_heads / 32) * max_splits < facts.sm_count) {
     c.head_group = 16;
     c.warps = 4;
@@ -97,7 +100,7 @@ SparseMlaConfig select_sparse_mla_kernel(const SparseMlaShape& s, const DeviceFa
     c.warps = chord::sparse_mla::kWgmmaWarps;
     c.stages = kWgmmaStages;
     c.splits = 1;
-    c.blocks_per_split = std::max(1, ceil_div(s.topk, kBlockKeys));
+    c.blocks_per_split = topk_blocks(s);
     return c;
   }
   // Two stages keep two 4-warp CTAs per SM; deeper rings only where a CTA is alone on its SM anyway.
@@ -113,7 +116,7 @@ SparseMlaConfig select_sparse_mla_kernel(const SparseMlaShape& s, const DeviceFa
     ++c.stages;
   }
   c.splits = 1;
-  c.blocks_per_split = std::max(1, ceil_div(s.topk, kBlockKeys));
+  c.blocks_per_split = topk_blocks(s);
   return c;
 }
 
@@ -129,7 +132,7 @@ int sparse_mla_ctas_per_sm(const SparseMlaShape& s, const SparseMlaConfig& c) {
 
 SparseMlaConfig select_sparse_mla(const SparseMlaShape& s, const DeviceFacts& facts) {
   SparseMlaConfig c = select_sparse_mla_kernel(s, facts);
-  const int blocks = std::max(1, ceil_div(s.topk, kBlockKeys));
+  const int blocks = topk_blocks(s);
   const int64_t base = s.num_tokens * (s.num_heads / c.head_group);
   const int64_t slots = static_cast<int64_t>(facts.sm_count) * sparse_mla_ctas_per_sm(s, c);
   double best = 0;
@@ -178,14 +181,14 @@ std::string resolve_sparse_mla_override(std::string_view spec, const SparseMlaSh
     return err;
   }
   if (c.splits != before.splits && c.splits > 0) {
-    c.blocks_per_split = ceil_div(std::max(1, ceil_div(s.topk, kBlockKeys)), c.splits);
+    c.blocks_per_split = ceil_div(topk_blocks(s), c.splits);
   }
   if (c.pair == kUnnamed) c.pair = select_sparse_mla_pair(s, c);
   return "";
 }
 
 std::string sparse_mla_config_error(const SparseMlaShape& s, const SparseMlaConfig& c, const DeviceFacts& facts) {
-  const int blocks = std::max(1, ceil_div(s.topk, kBlockKeys));
+  const int blocks = topk_blocks(s);
   if (c.head_group != 8 && c.head_group != 16 && c.head_group != 32 && c.head_group != 64) {
     return "head_group must be 8, 16, 32 or 64";
   }
