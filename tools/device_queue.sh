@@ -3,12 +3,12 @@
 # skipped when it exists), then each step of QUEUE while the call's time allows it. A QUEUE line is
 # "SECONDS NAME COMMAND...": the step's own limit, a name, and a shell command run from the repository
 # root with STEP_OUT (its own folder under OUTDIR) and the usual CHORDRT_LIBRARY / CHORD_JIT /
-# CHORD_CACHE_DIR / PYTHONPATH set; blank lines and lines starting with # are skipped. A step starts only
-# if its limit fits in what is left of CHORD_QUEUE_BUDGET_S (default 560), so a refused or short call
-# still brings back the steps that ran. Each step's output is OUTDIR/NAME.log; OUTDIR/summary.txt says
-# ok / FAIL / TIMEOUT / SKIPPED per step; CHORD_QUEUE_SKIP="NAME ..." skips steps by name (a second call
-# that resumes the list). At the end OUTDIR is packed into OUTDIR.tgz (a device call brings back at most
-# 8 files).
+# CHORD_CACHE_DIR / PYTHONPATH set (peer wheels carried in .whl/ are installed and on it); blank lines and
+# lines starting with # are skipped. A step starts only if its limit fits in what is left of
+# CHORD_QUEUE_BUDGET_S (default 560), so a refused or short call still brings back the steps that ran.
+# Each step's output is OUTDIR/NAME.log; OUTDIR/summary.txt says ok / FAIL / TIMEOUT / SKIPPED per step;
+# CHORD_QUEUE_SKIP="NAME ..." skips steps by name (a second call that resumes the list). At the end OUTDIR
+# is packed into OUTDIR.tgz (a device call brings back at most 8 files).
 # Usage: tools/device_queue.sh OUTDIR QUEUE   (e.g. tools/device_queue.sh "$OUT/q" bench/experiments/next_call.queue)
 set -uo pipefail
 out=${1:?usage: tools/device_queue.sh OUTDIR QUEUE}
@@ -33,6 +33,11 @@ printf '%-24s %-7s %5ss\n' build done "$((SECONDS - start))" >>"$out/summary.txt
 export CHORDRT_LIBRARY=$build/libchordrt.so CHORD_JIT=$build/chord-jit
 export CHORD_CACHE_DIR=${CHORD_CACHE_DIR:-$build/gpu-cache}
 export PYTHONPATH="$PWD/tools/python:$PWD/bench${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+# Peer wheels carried in .whl/ (../shared/peers/README.md): installed once, importable by every step.
+if compgen -G ".whl/*.whl" >/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/chord-peers .whl/*.whl >"$out/peers.log" 2>&1 &&
+    export PYTHONPATH="$PYTHONPATH:/tmp/chord-peers"
+fi
 while read -r limit name command <&3; do
   case "$limit" in '' | '#'*) continue ;; esac
   case " ${CHORD_QUEUE_SKIP:-} " in *" $name "*) continue ;; esac

@@ -60,7 +60,7 @@ for c in "${cases[@]}"; do
     env CHORDRT_LIBRARY="$PWD/$build/libchordrt.so" PYTHONPATH="$PWD/tools/python:$PWD/bench${PYTHONPATH:+:$PYTHONPATH}" \
       ncu --clock-control none -k "regex:$k" --launch-skip $skip --launch-count $count \
       --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
-      --section SchedulerStats --section MemoryWorkloadAnalysis --metrics "$stalls" "${source[@]}" \
+      --section SchedulerStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --metrics "$stalls" "${source[@]}" \
       python3 "bench/${family}_bench.py" "${args[@]}" >"$file" 2>&1
     if [ ${#source[@]} -gt 0 ]; then
       ncu --import "${file%.txt}.ncu-rep" --print-details all >>"$file" 2>&1
