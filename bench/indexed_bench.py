@@ -38,7 +38,14 @@ an untimed first call, timed with the same CUDA-graph replays as chordrt, and ch
 reference rows. Rows get peer_us {"humming": µs}, vs_peer {"humming": chordrt_us / peer_us} (< 1: chordrt
 faster), peer_error and peer_config (its tuning config, block size, routing blocks); without the package the
 column is left out (one line says so).
-Usage: indexed_bench.py [--json FILE | --out FILE] [--quick] [--cases EP8/prefill,TP8/prefill,EP8/decode
+Experiment column (--pregathered; issue 15, "what does the gather cost"): the same GEMM fed by TMA instead of the
+gather: each set's routed rows are copied in slot order (sorted_token_ids; zero rows for padding slots) outside the
+timed graph and grouped_contiguous runs on them with m_indices = the slot's block expert (-1 for padding), output in
+slot order. CHORD_GROUPED_CONFIG and CHORD_INDEXED_CONFIG must force the same tile config and --block-m the
+block_m (checked), so the two kernels differ only in the producer (one TMA thread vs 128 gathering threads) and
+the epilogue's row lookup. Rows get pregathered_us, gather_us (torch's row gather into slot order, the cost a
+fused permute would replace) and pregathered_max_diff (against the indexed output, same rows).
+Usage: indexed_bench.py [--json FILE | --out FILE] [--quick] [--pregathered] [--cases EP8/prefill,TP8/prefill,EP8/decode
                         (,EP8/decode-wgmma: the decode points on the prefill kernel's WGMMA_K64 layout)]
                         [--projections gate_up,down] [--tokens 1024,...] [--decode-tokens 20,50] [--budget-s S]
                         [--no-baseline] [--no-peers]
@@ -47,6 +54,7 @@ Without --json / --out the result goes to bench/results/indexed_bench-<device>-<
 """
 import argparse
 import math
+import os
 import pathlib
 import statistics
 import sys
@@ -170,6 +178,20 @@ class RouteSet:
         self.touched_experts = int((counts > 0).sum().item())
         self.distinct_rows = torch.unique(self.rows).numel()
         self.live_blocks, self.nonlocal_blocks = live, used - live
+        self.block_m, self.call_top_k = block_m, call_top_k
+
+    def slot_ordered(self, n):
+        """--pregathered: the routed rows in slot order (zeros for padding slots), the slots' expert ids (-1 for
+        padding), a [slots, n] output, the valid slots and their routes."""
+        slots = int(self.post.item())
+        ids = self.sorted_ids[:slots].long()
+        valid = ids < self.out.shape[0]
+        a_slot = torch.zeros((slots, self.a.shape[1]), dtype=self.a.dtype, device=self.a.device)
+        a_slot[valid] = self.a[ids[valid] // self.call_top_k]
+        block_expert = self.expert_ids[torch.arange(slots, device=ids.device) // self.block_m]
+        m_idx = torch.where(valid, block_expert, torch.full_like(block_expert, -1)).to(torch.int32)
+        out_slot = torch.empty((slots, n), dtype=self.out.dtype, device=self.out.device)
+        return a_slot, m_idx, out_slot, valid, ids
 
 
 class Point:
@@ -323,7 +345,7 @@ def peer_humming(case, point, hweights, want, picks, n_isets, replays, rounds, r
 
 
 def bench_point(case, proj, tokens, packed, wsets, bf16, n_isets, ceil, replays, rounds, block_m=None,
-                hweights=None):
+                hweights=None, pregathered=False):
     n_wsets = len(wsets)
     point = Point(case, proj, tokens, n_isets, block_m)
     torch.cuda.synchronize()
@@ -361,6 +383,25 @@ def bench_point(case, proj, tokens, packed, wsets, bf16, n_isets, ceil, replays,
             row["speedup_vs_baseline"] = row["baseline_us"] / us
             row["baseline_error"] = mr.error_stats(torch, grouped_mm(a_perm[0], bf16[0], s0.offs)[picks].float(),
                                                    want)
+    if pregathered:
+        forced = dict(kv.split("=") for kv in os.environ.get("CHORD_GROUPED_CONFIG", "").split(",") if "=" in kv)
+        if int(forced.get("block_m", -1)) != point.block_m:
+            raise SystemExit(f"--pregathered needs CHORD_GROUPED_CONFIG's block_m = the point's ({point.block_m}) "
+                             "and the same tile config in CHORD_INDEXED_CONFIG")
+        slot_sets = [s.slot_ordered(point.n) for s in point.sets]
+        calls = [lambda i=i: chordrt.grouped_contiguous(slot_sets[i][0], packed[i % n_wsets], slot_sets[i][1],
+                                                        out=slot_sets[i][2]) for i in range(n_isets)]
+        row["pregathered_us"] = graph_time_us(calls, replays, rounds)
+        row["gather_us"] = graph_time_us(
+            [lambda s=s: s.a.index_select(0, torch.clamp(s.sorted_ids[:int(s.post.item())].long(), max=s.out.shape[0] - 1)
+                                          // s.call_top_k) for s in point.sets], replays, rounds)
+        a_slot, m_idx, out_slot, valid, ids = slot_sets[0]
+        chordrt.grouped_contiguous(a_slot, packed[0], m_idx, out=out_slot)
+        s0.out.fill_(float("nan"))
+        point.chord_call(0, packed[0])()
+        row["pregathered_max_diff"] = float((out_slot[valid].float() - s0.out[ids[valid]].float()).abs().max())
+        print(f"  pregathered (TMA) {row['pregathered_us']:8.1f} us ({row['pregathered_us'] / us:.3f} of indexed), "
+              f"torch gather {row['gather_us']:6.1f} us, max |diff| {row['pregathered_max_diff']:.3g}", flush=True)
     peer_text = "" if hweights is None else peer_humming(case, point, hweights, want, picks, n_isets, replays,
                                                           rounds, row)
     row["goal"] = w4a16_goals.indexed_goal(row)
@@ -396,7 +437,7 @@ def bench_group(case, proj, tokens_list, ceil, args, deadline, skipped):
                 skipped.append(label)
                 continue
             row = bench_point(case, proj, tokens, packed, wsets, bf16, n_isets, ceil, replays, rounds, block_m,
-                              hweights)
+                              hweights, args.pregathered)
             row["block_m_forced"] = block_m is not None
             rows.append(row)
         torch.cuda.empty_cache()  # the next point's sets (up to ~10 GB at 16384 tokens) start from a clean pool
@@ -444,6 +485,8 @@ def main():
     ap.add_argument("--no-peers", action="store_true", help="skip the peer column (Humming) even when installed")
     ap.add_argument("--block-m", type=int_list, default=None,
                     help="sweep: run every point at each of these block sizes instead of the heuristic's")
+    ap.add_argument("--pregathered", action="store_true",
+                    help="also time the same GEMM on the rows pre-gathered in slot order, fed by TMA (see above)")
     args = ap.parse_args()
     torch.manual_seed(0)
     if args.profile:
