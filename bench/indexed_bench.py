@@ -182,13 +182,13 @@ class RouteSet:
 
     def slot_ordered(self, n):
         """--pregathered: the routed rows in slot order (zeros for padding slots), the slots' expert ids (-1 for
-        padding), a [slots, n] output, the valid slots and their routes."""
+        padding and for blocks of experts not on this rank), a [slots, n] output, the valid slots and their routes."""
         slots = int(self.post.item())
         ids = self.sorted_ids[:slots].long()
-        valid = ids < self.out.shape[0]
+        block_expert = self.expert_ids[torch.arange(slots, device=ids.device) // self.block_m]
+        valid = (ids < self.out.shape[0]) & (block_expert >= 0)  # not padding, not another rank's expert
         a_slot = torch.zeros((slots, self.a.shape[1]), dtype=self.a.dtype, device=self.a.device)
         a_slot[valid] = self.a[ids[valid] // self.call_top_k]
-        block_expert = self.expert_ids[torch.arange(slots, device=ids.device) // self.block_m]
         m_idx = torch.where(valid, block_expert, torch.full_like(block_expert, -1)).to(torch.int32)
         out_slot = torch.empty((slots, n), dtype=self.out.dtype, device=self.out.device)
         return a_slot, m_idx, out_slot, valid, ids
