@@ -39,13 +39,13 @@ reference rows. Rows get peer_us {"humming": µs}, vs_peer {"humming": chordrt_u
 faster), peer_error and peer_config (its tuning config, block size, routing blocks); without the package the
 column is left out (one line says so).
 Experiment column (--pregathered; issue 15, "what does the gather cost"): the same GEMM fed by TMA instead of the
-gather: each set's routed rows are copied in slot order (sorted_token_ids; zero rows for padding slots) outside the
-timed graph and grouped_contiguous runs on them with m_indices = the slot's block expert (-1 for padding), output in
-slot order. CHORD_GROUPED_CONFIG and CHORD_INDEXED_CONFIG must force the same tile config (stages included: an override keeps
-the stages the heuristic picked for its own block_m) and --block-m the
-block_m (checked), so the two kernels differ only in the producer (one TMA thread vs 128 gathering threads) and
-the epilogue's row lookup. Rows get pregathered_us, gather_us (torch's row gather into slot order, the cost a
-fused permute would replace) and pregathered_max_diff (against the indexed output, same rows).
+gather: each set's routed rows are copied in slot order (sorted_token_ids; zero rows for padding slots) outside
+the timed graph and grouped_contiguous runs on them with m_indices = the slot's block expert (-1 for padding),
+output in slot order. CHORD_GROUPED_CONFIG and CHORD_INDEXED_CONFIG must force the same tile config (stages
+included: an override keeps the stages the heuristic picked for its own block_m) and --block-m the block_m
+(checked), so the two kernels differ only in the producer (one TMA thread vs 128 gathering threads) and the
+epilogue's row lookup. Rows get pregathered_us, gather_us (torch's row gather into slot order, the cost a fused
+permute would replace) and pregathered_max_diff (against the indexed output, same rows).
 Usage: indexed_bench.py [--json FILE | --out FILE] [--quick] [--pregathered] [--cases EP8/prefill,TP8/prefill,EP8/decode
                         (,EP8/decode-wgmma: the decode points on the prefill kernel's WGMMA_K64 layout)]
                         [--projections gate_up,down] [--tokens 1024,...] [--decode-tokens 20,50] [--budget-s S]
