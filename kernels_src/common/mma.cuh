@@ -52,6 +52,23 @@ __device__ __forceinline__ void ldmatrix_x4(const void* row, uint32_t (&r)[4]) {
                : "memory");
 }
 
+// Two or four 8x8 matrices of 16-bit values to shared memory, transposed: lane (g = lane / 4, t = lane % 4)
+// gives word t of row g of each (an MMA accumulator fragment packed to BF16 pairs), and lanes 8m..8m+7
+// the addresses of matrix m's columns, each stored as 16 contiguous bytes (so a [rows][columns] fragment
+// lands as [columns][rows]).
+__device__ __forceinline__ void stmatrix_x2_trans(const void* column, uint32_t r0, uint32_t r1) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(column));
+  asm volatile("stmatrix.sync.aligned.m8n8.x2.trans.shared.b16 [%0], {%1, %2};" ::"r"(addr), "r"(r0), "r"(r1)
+               : "memory");
+}
+__device__ __forceinline__ void stmatrix_x4_trans(const void* column, uint32_t r0, uint32_t r1, uint32_t r2,
+                                                  uint32_t r3) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(column));
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(r0),
+               "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+}
+
 // Bytes of (lo, hi) picked by a prmt selector.
 __device__ __forceinline__ uint32_t byte_perm(uint32_t lo, uint32_t hi, uint32_t selector) {
   uint32_t r;

@@ -403,15 +403,25 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
     it += kKBlocks;
 
     // Epilogue: accumulator (weight row m, token c) -> shared [token][n] -> 16-byte row stores. Lane (g, t)
-    // holds, per 8-token step i, (m = 16*warp + g (+8), c = 8i + 2t (+1)).
+    // holds, per 8-token step i, (m = 16*warp + g (+8), c = 8i + 2t (+1)): as BF16 pairs, the fragments of
+    // 8x8 matrices (rows m, columns c), which stmatrix.trans stores as [c][m], 16 bytes a token. Lane L
+    // addresses token 8i + L % 8 (+8 for matrices 2 and 3) at rows +8 for matrices 1 and 3.
+    {
+      const int quad = lane / 8, column = lane % 8;
+      bf16* const base = epilogue + column * Smem::kEpiloguePitch + 16 * warp + (quad & 1) * 8;
 #pragma unroll
-    for (int j = 0; j < SLICES; ++j) {
+      for (int j = 0; j < SLICES; ++j) {
+        const float* a = acc[j];
 #pragma unroll
-      for (int i = 0; i < BM / 8; ++i) {
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const int token = 8 * i + 2 * t4 + (r & 1), n = j * kSliceRows + row_in_slice + (r >> 1) * 8;
-          epilogue[token * Smem::kEpiloguePitch + n] = to_bf16(acc[j][4 * i + r]);
+        for (int i = 0; i + 1 < BM / 8; i += 2) {
+          stmatrix_x4_trans(base + (8 * i + (quad >> 1) * 8) * Smem::kEpiloguePitch + j * kSliceRows,
+                            pack_bf16x2(a[4 * i], a[4 * i + 1]), pack_bf16x2(a[4 * i + 2], a[4 * i + 3]),
+                            pack_bf16x2(a[4 * i + 4], a[4 * i + 5]), pack_bf16x2(a[4 * i + 6], a[4 * i + 7]));
+        }
+        if constexpr (BM / 8 % 2 == 1) {  // the last 8 tokens: matrices 0 and 1 (lanes 16-31 ignored)
+          constexpr int i = BM / 8 - 1;
+          stmatrix_x2_trans(base + 8 * i * Smem::kEpiloguePitch + j * kSliceRows,
+                            pack_bf16x2(a[4 * i], a[4 * i + 1]), pack_bf16x2(a[4 * i + 2], a[4 * i + 3]));
         }
       }
     }
@@ -424,7 +434,11 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
         const int token = v / kVecPerRow, col = (v % kVecPerRow) * 8;
         int row = tile.row0 + token;
         bool write = row < tile.valid_end;
-        if constexpr (MODE == kContiguous) write = write && routing[row] == tile.expert;
+        if constexpr (MODE == kContiguous) {
+          // token % 32 + 32 * (word) with the word a constant: 128 / kVecPerRow tokens a step divide 32.
+          static_assert(32 % (128 / kVecPerRow) == 0, "a store step's tokens stay in one mask word");
+          write = write && (tile.rows_of_expert[128 / kVecPerRow * j / 32] >> (token % 32) & 1u);
+        }
         if constexpr (MODE == kIndexed) {
           row = route[j];
           write = row >= 0;

@@ -19,6 +19,9 @@ struct Tile {
   int row0;       // first row of A (and of the output) in this tile; indexed: first sorted slot
   int valid_end;  // masked: rows of this group before which outputs are written; contiguous: total rows
   int n_block;
+  // Contiguous: bit r % 32 of word r / 32 says row row0 + r is the expert's (written by the epilogue),
+  // read once with the expert id instead of one dependent load per output store.
+  uint32_t rows_of_expert[kMaxBlockM / 32];
 };
 
 template <int MODE, int BM, int N_BLOCKS, int EXPERTS>
@@ -83,13 +86,19 @@ struct Scheduler {
     } else {
       t.row0 = block * BM;
       t.valid_end = rows;
+      constexpr int kWords = (BM + 31) / 32;
+      int id[kWords];
       int e = -1;
-      for (int r = threadIdx.x % 32; r < BM; r += 32) {
-        const int id = t.row0 + r < rows ? routing[t.row0 + r] : -1;
-        if (id < EXPERTS) e = max(e, id);  // ids >= E count as padding
+#pragma unroll
+      for (int w = 0; w < kWords; ++w) {
+        const int r = threadIdx.x % 32 + 32 * w;
+        id[w] = r < BM && t.row0 + r < rows ? routing[t.row0 + r] : -1;
+        if (id[w] < EXPERTS) e = max(e, id[w]);  // ids >= E count as padding
       }
       e = __reduce_max_sync(0xffffffffu, e);
       t.expert = e;
+#pragma unroll
+      for (int w = 0; w < kWords; ++w) t.rows_of_expert[w] = __ballot_sync(0xffffffffu, e >= 0 && id[w] == e);
     }
     return t;
   }
