@@ -438,8 +438,17 @@ def bench_group(case, proj, tokens_list, ceil, args, deadline, skipped):
             if deadline is not None and time.monotonic() > deadline:
                 skipped.append(label)
                 continue
-            row = bench_point(case, proj, tokens, packed, wsets, bf16, n_isets, ceil, replays, rounds, block_m,
-                              hweights, args.pregathered)
+            try:
+                row = bench_point(case, proj, tokens, packed, wsets, bf16, n_isets, ceil, replays, rounds, block_m,
+                                  hweights, args.pregathered)
+            except chordrt.ChordError as e:
+                # A forced config (CHORD_INDEXED_CONFIG) this shape cannot take: skip the point, keep the sweep.
+                if "CHORD_INDEXED_CONFIG" not in str(e):
+                    raise
+                print(f"{label}: skipped: {e}", flush=True)
+                skipped.append(f"{label} (config rejected)")
+                torch.cuda.synchronize()
+                continue
             row["block_m_forced"] = block_m is not None
             rows.append(row)
         torch.cuda.empty_cache()  # the next point's sets (up to ~10 GB at 16384 tokens) start from a clean pool

@@ -37,12 +37,17 @@ int64_t grouped_dynamic_smem(const GroupedShape& s, const GroupedConfig& c) {
 
 int grouped_consumer_registers(const GroupedShape& s, const GroupedConfig& c) {
   const int steps = grouped_block_k(s.mode) / 16;
-  const int fragments = c.step_ring ? 2 * c.slices * 4 + c.slices * steps : 2 * c.slices * steps * 4;
+  int fragments = 2 * c.slices * steps * 4;  // kRingBlock
+  if (c.ring == g::kRingStep) fragments = 2 * c.slices * 4 + c.slices * steps;
+  if (c.ring == g::kRingSingle) fragments = c.slices * steps * 4;
   // The rest (addresses, indices, loop state): ~40; ~32 for the step ring on long K, where no next tile's
   // first K block is held in flight (NVRTC, four consumers of two slices at K 7168: 96 registers and no
-  // spills at block_m 48, 20 bytes of spills at 56). Other configurations keep 40 until measured.
+  // spills at block_m 48, 20 bytes of spills at 56), and for the single ring (NVRTC, four consumers of two
+  // slices, K 256 / 2048 / 7168: no spills up to block_m 40; at 48, 48 bytes of spills and ptxas waits
+  // after every wgmma). Other configurations keep 40 until measured.
   const bool look_ahead = s.k / grouped_block_k(s.mode) <= chord::grouped::kShortTileKBlocks;
-  return c.slices * c.block_m / 2 + fragments + (c.step_ring && !look_ahead ? 32 : 40);
+  const bool lean = c.ring == g::kRingSingle || (c.ring == g::kRingStep && !look_ahead);
+  return c.slices * c.block_m / 2 + fragments + (lean ? 32 : 40);
 }
 
 std::string grouped_config_error(const GroupedShape& s, const GroupedConfig& c, const DeviceFacts& facts) {
@@ -54,7 +59,10 @@ std::string grouped_config_error(const GroupedShape& s, const GroupedConfig& c, 
     return fmt::format("slices must be in [1, {}], got {}", g::kMaxSlices, c.slices);
   }
   if (!g::valid_consumers(c.consumers)) return fmt::format("consumers must be 2 or 4, got {}", c.consumers);
-  if (c.step_ring != 0 && c.step_ring != 1) return fmt::format("step_ring must be 0 or 1, got {}", c.step_ring);
+  if (!g::valid_ring(c.ring)) {
+    return fmt::format("ring must be {} (block), {} (step) or {} (single), got {}", g::kRingBlock, g::kRingStep,
+                       g::kRingSingle, c.ring);
+  }
   if (const int bn = g::block_n(c.slices, c.consumers); s.n < bn || s.n % bn != 0 || s.n > chord::w4a16::kMaxDim) {
     return fmt::format(
         "n must be a positive multiple of {} (the tile's rows, 64 * slices * consumers) up to {}, got {}", bn,
@@ -123,7 +131,7 @@ std::string apply_grouped_override(std::string_view spec, GroupedConfig& c) {
                                     {"slices", &c.slices},
                                     {"stages", &c.stages},
                                     {"consumers", &c.consumers},
-                                    {"step_ring", &c.step_ring}});
+                                    {"ring", &c.ring}});
 }
 
 }  // namespace chordrt::heuristics

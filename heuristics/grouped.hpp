@@ -33,14 +33,15 @@ struct GroupedConfig {
   int slices = 2;     // 64-row weight slices per consumer warpgroup: tile N = 128 * slices
   int stages = 4;     // shared-memory ring depth, one K block per stage
   int consumers = 2;  // consumer warpgroups, 2 or 4: tile N = 64 * slices * consumers
-  int step_ring = 0;  // 1: fragments dequantized one k16 step ahead (a two-step register ring), not a K block
+  int ring = 0;       // chord::grouped::kRingBlock / kRingStep / kRingSingle: the fragment registers' buffering
 };
 
 // Dynamic shared memory of a configuration: chord::grouped::gemm_smem_bytes, the kernel's layout.
 int64_t grouped_dynamic_smem(const GroupedShape& s, const GroupedConfig& c);
 
-// Registers per consumer thread the configuration needs (accumulators + two fragment buffers of a K block,
-// or with step_ring of a k16 step plus the block's packed words, + ~40 for addresses and scales), checked
+// Registers per consumer thread the configuration needs (accumulators + the ring's fragment buffers: two
+// of a K block, two of a k16 step plus the block's packed words, or one of a K block; + ~40 for addresses
+// and scales), checked
 // against the chord::grouped::consumer_registers a consumer gets.
 int grouped_consumer_registers(const GroupedShape& s, const GroupedConfig& c);
 
@@ -48,13 +49,13 @@ int grouped_consumer_registers(const GroupedShape& s, const GroupedConfig& c);
 int grouped_deepest_ring(const GroupedShape& s, GroupedConfig c, const DeviceFacts& facts = {});
 
 // "" when (s, c) is a valid kernel, else why not, naming the field (n, k, experts, block_m, slices,
-// stages, consumers, step_ring), its range and its value. The one check of program() and of CHORD_GROUPED_CONFIG.
+// stages, consumers, ring), its range and its value. The one check of program() and of CHORD_GROUPED_CONFIG.
 std::string grouped_config_error(const GroupedShape& s, const GroupedConfig& c, const DeviceFacts& facts = {});
 
 // rows_hint: contiguous m (total rows, padding included); masked expected_m (tokens per expert).
 GroupedConfig select_grouped(const GroupedShape& s, int64_t rows_hint, const DeviceFacts& facts = {});
 
-// Experiments: "block_m=64,slices=1,stages=6,consumers=4,step_ring=1" overrides fields of c; returns "" or
+// Experiments: "block_m=64,slices=1,stages=6,consumers=4,ring=1" overrides fields of c; returns "" or
 // what was wrong.
 std::string apply_grouped_override(std::string_view spec, GroupedConfig& c);
 

@@ -109,7 +109,7 @@ GroupedConfig select_indexed_prefill(const IndexedShape& s, int block_m, int64_t
   GroupedConfig c{block_m, 1, 2, 2};
   // In order of preference; the first kShortTileOnly (four consumers) only on short tiles.
   constexpr int kShortTileOnly = 2;
-  const GroupedConfig wide[] = {{block_m, 2, 2, 4, 1}, {block_m, 1, 2, 4}, {block_m, 2, 2, 2}};
+  const GroupedConfig wide[] = {{block_m, 2, 2, 4, chord::grouped::kRingStep}, {block_m, 1, 2, 4}, {block_m, 2, 2, 2}};
   for (int i = short_tiles ? 0 : kShortTileOnly; i < static_cast<int>(std::size(wide)); ++i) {
     const int64_t wide_n = chord::grouped::block_n(wide[i].slices, wide[i].consumers);
     if (s.n % wide_n == 0 &&

@@ -85,7 +85,7 @@ TEST_CASE("every selected grouped config is a valid kernel", "[grouped]") {
                                    c.slices,
                                    c.stages,
                                    c.consumers,
-                                   c.step_ring};
+                                   c.ring};
           CHECK_NOTHROW(GroupedGemmFamily::family().program(GroupedGemmFamily::descriptor(kHopper, key)));
         }
       }
@@ -122,8 +122,12 @@ TEST_CASE("grouped config errors name the field", "[grouped]") {
   CHECK_THAT(chordrt::heuristics::grouped_config_error(short_k, {48, 2, 4, 4, 1}), Contains("registers"));
   CHECK(chordrt::heuristics::grouped_config_error(sc, {48, 2, 4, 4, 1}) == "");
   CHECK_THAT(chordrt::heuristics::grouped_config_error(sc, {56, 2, 4, 4, 1}), Contains("registers"));
-  CHECK_THAT(chordrt::heuristics::grouped_config_error(sc, {32, 2, 4, 4, 2}),
-             Contains("step_ring must be 0 or 1, got 2"));
+  // The single ring holds one K block of fragments: four consumers of two slices up to block_m 40, at any K.
+  CHECK(chordrt::heuristics::grouped_config_error(sc, {40, 2, 4, 4, 2}) == "");
+  CHECK(chordrt::heuristics::grouped_config_error(short_k, {40, 2, 4, 4, 2}) == "");
+  CHECK_THAT(chordrt::heuristics::grouped_config_error(sc, {48, 2, 4, 4, 2}), Contains("registers"));
+  CHECK_THAT(chordrt::heuristics::grouped_config_error(sc, {32, 2, 4, 4, 3}),
+             Contains("ring must be 0 (block), 1 (step) or 2 (single), got 3"));
   // Their tile is 256 rows with one slice.
   CHECK_THAT(chordrt::heuristics::grouped_config_error({GroupedMode::kContiguous, 4096 + 128, 7168, 48}, {64, 1, 4, 4}),
              Contains("multiple of 256"));
@@ -137,9 +141,9 @@ TEST_CASE("grouped config overrides for experiments", "[grouped]") {
   CHECK(c.slices == 1);
   CHECK(c.stages == 3);
   CHECK(c.consumers == 4);
-  CHECK(c.step_ring == 0);
-  CHECK(chordrt::heuristics::apply_grouped_override("step_ring=1", c) == "");
-  CHECK(c.step_ring == 1);
+  CHECK(c.ring == 0);
+  CHECK(chordrt::heuristics::apply_grouped_override("ring=1", c) == "");
+  CHECK(c.ring == 1);
   CHECK_THAT(chordrt::heuristics::apply_grouped_override("warps=4", c), Contains("unknown key"));
   CHECK_THAT(chordrt::heuristics::apply_grouped_override("block_m=x", c), Contains("bad value"));
   CHECK_THAT(chordrt::heuristics::apply_grouped_override("block_m", c), Contains("field=value"));

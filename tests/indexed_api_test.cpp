@@ -106,7 +106,7 @@ TEST_CASE("every selected indexed config is a valid kernel", "[indexed]") {
       CHECK(key.slices == c.slices);
       CHECK(key.stages == c.stages);
       CHECK(key.consumers == c.consumers);
-      CHECK(key.step_ring == c.step_ring);
+      CHECK(key.ring == c.ring);
       CHECK_NOTHROW(IndexedPrefillFamily::family().program(IndexedPrefillFamily::descriptor(kHopper, key)));
     }
   }
@@ -118,18 +118,18 @@ TEST_CASE("every selected indexed config is a valid kernel", "[indexed]") {
   const auto small = chordrt::heuristics::select_indexed_prefill(tp_down, 32, 8192);
   CHECK(small.consumers == 4);
   CHECK(small.slices == 2);
-  CHECK(small.step_ring == 1);
+  CHECK(small.ring == 1);
   for (int bm : {48, 64}) {
     const auto medium = chordrt::heuristics::select_indexed_prefill(tp_down, bm, 16384);
     CHECK(medium.consumers == 4);
     CHECK(medium.slices == 1);
-    CHECK(medium.step_ring == 0);
+    CHECK(medium.ring == 0);
   }
   // Too few blocks for one 512-row tile per SM (14 tiles per block): four consumers of one slice.
   const auto few = chordrt::heuristics::select_indexed_prefill(tp_down, 32, 8);
   CHECK(few.consumers == 4);
   CHECK(few.slices == 1);
-  CHECK(few.step_ring == 0);
+  CHECK(few.ring == 0);
   const auto large = chordrt::heuristics::select_indexed_prefill(tp_down, 96, 32768);
   CHECK(large.consumers == 2);
   CHECK(large.slices == 2);
@@ -137,12 +137,12 @@ TEST_CASE("every selected indexed config is a valid kernel", "[indexed]") {
   const auto long_k = chordrt::heuristics::select_indexed_prefill(ep_up, 32, 1024);
   CHECK(long_k.consumers == 2);
   CHECK(long_k.slices == 2);
-  CHECK(long_k.step_ring == 0);
+  CHECK(long_k.ring == 0);
   // CHORD_INDEXED_CONFIG: the prefill kernel's fields but block_m, checked by the one config check.
-  const auto ring_key = chordrt::ops::indexed_prefill_key(ep_up, 32, 1024, kHopperFacts, "consumers=4,step_ring=1");
+  const auto ring_key = chordrt::ops::indexed_prefill_key(ep_up, 32, 1024, kHopperFacts, "consumers=4,ring=1");
   CHECK(ring_key.consumers == 4);
   CHECK(ring_key.slices == 2);
-  CHECK(ring_key.step_ring == 1);
+  CHECK(ring_key.ring == 1);
   CHECK(ring_key.block_m == 32);
   CHECK_THROWS_WITH(chordrt::ops::indexed_prefill_key(ep_up, 32, 1024, kHopperFacts, "block_m=64"),
                     Contains("block_m is the routing's"));
@@ -180,14 +180,14 @@ TEST_CASE("every selected indexed config is a valid kernel", "[indexed]") {
   // The prefill is the grouped kernel in its gathering mode, BLOCK_K 64, in the contiguous mode's layout
   // (the gathering producers keep their rows' tokens in registers).
   const auto p = IndexedPrefillFamily::program({4096, 7168, 48, 64, 2, 4, 2, 0});
-  CHECK(p.name_expression == "chord::grouped::grouped_gemm_kernel<2, 4096, 7168, 48, 64, 2, 64, 4, 2, false>");
+  CHECK(p.name_expression == "chord::grouped::grouped_gemm_kernel<2, 4096, 7168, 48, 64, 2, 64, 4, 2, 0>");
   CHECK(p.dynamic_smem == chordrt::ops::GroupedGemmFamily::program({0, 4096, 7168, 48, 64, 2, 4, 2, 0}).dynamic_smem);
   const auto four = IndexedPrefillFamily::program({4096, 7168, 48, 32, 1, 8, 4, 0});
-  CHECK(four.name_expression == "chord::grouped::grouped_gemm_kernel<2, 4096, 7168, 48, 32, 1, 64, 8, 4, false>");
+  CHECK(four.name_expression == "chord::grouped::grouped_gemm_kernel<2, 4096, 7168, 48, 32, 1, 64, 8, 4, 0>");
   CHECK(four.threads == 640);
   // The step ring: four consumers of two slices (512-row tiles) fit at block_m 32, as a K-block ring never does.
   const auto ring = IndexedPrefillFamily::program({4096, 7168, 48, 32, 2, 6, 4, 1});
-  CHECK(ring.name_expression == "chord::grouped::grouped_gemm_kernel<2, 4096, 7168, 48, 32, 2, 64, 6, 4, true>");
+  CHECK(ring.name_expression == "chord::grouped::grouped_gemm_kernel<2, 4096, 7168, 48, 32, 2, 64, 6, 4, 1>");
   CHECK_THROWS_WITH(IndexedPrefillFamily::program({4096, 7168, 48, 32, 2, 6, 4, 0}), Contains("registers"));
 }
 

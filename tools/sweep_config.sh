@@ -8,7 +8,7 @@
 #               e.g. tools/sweep_config.sh dsa "$OUT" 64,128:64 "" tma=0 stages=3
 #   indexed:    SELECT = prefill tokens (1024,2048) of the EP8 and TP8 prefill cases; --quick, no baseline,
 #               Humming beside the "" (heuristics) run only; CHORD_SWEEP_BLOCK_M=32 fixes the routing's block_m.
-#               e.g. tools/sweep_config.sh indexed "$OUT" 1024,2048 "" consumers=4,slices=2,step_ring=1
+#               e.g. tools/sweep_config.sh indexed "$OUT" 1024,2048 "" consumers=4,slices=2,ring=1
 set -uo pipefail
 usage="usage: tools/sweep_config.sh sparse_mla|dsa|indexed OUTDIR SELECT CONFIG..."
 family=${1:?$usage}

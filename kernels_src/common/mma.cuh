@@ -64,8 +64,8 @@ __device__ __forceinline__ void stmatrix_x2_trans(const void* column, uint32_t r
 __device__ __forceinline__ void stmatrix_x4_trans(const void* column, uint32_t r0, uint32_t r1, uint32_t r2,
                                                   uint32_t r3) {
   const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(column));
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(r0),
-               "r"(r1), "r"(r2), "r"(r3)
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(r0), "r"(r1),
+               "r"(r2), "r"(r3)
                : "memory");
 }
 

@@ -5,12 +5,13 @@
 // completing on its `full` mbarrier); the CONSUMERS other warpgroups (2 or 4) consume. A consumer
 // dequantizes its weight rows straight into wgmma A-operand registers (weights on wgmma M, BM tokens on
 // wgmma N, the activation tile read from shared memory by descriptor), so dequantized weights never go
-// back to shared memory. Per K block: issue the block's wgmmas and commit, then load and dequantize the
-// next block into the other register buffer while they run (wait<1> frees the older buffer and its ring
-// stage). With STEP_RING the ring of fragment registers is one k16 step deep instead of one K block: the
-// block's packed words and scale pairs are read into registers once, and each step is dequantized while the
-// previous step's wgmmas run (a wait per step instead of per block, half the fragment registers: four
-// consumers of two slices fit their 104 registers at small block_m). Dequant is exact per element:
+// back to shared memory. The fragment registers are buffered as RING says (params.cuh): kRingBlock issues a
+// K block's wgmmas and commits, then loads and dequantizes the next block into the other register buffer
+// while they run (wait<1> frees the older buffer and its ring stage); kRingStep does the same one k16 step
+// deep, the block's packed words and scale pairs read into registers once (a wait per step, half the
+// fragment registers); kRingSingle waits for a block's wgmmas before dequantizing the next block into the
+// one buffer, leaving the overlap to the other consumer warpgroups (four of two slices fit their 104
+// registers with one K block of fragments: Humming's arrangement). Dequant is exact per element:
 // 0x4300 | nibble is 128 + nibble in BF16, minus 136 gives q, times the group's BF16 scale gives RN(q * s),
 // the unfused BF16 rounding. FP32 accumulators; the epilogue goes through shared memory to 16-byte row
 // stores of the valid rows only.
@@ -39,8 +40,7 @@ struct Const {
   static constexpr int value = V;
 };
 
-template <int MODE, int N, int K, int EXPERTS, int BM, int SLICES, int BLOCK_K, int STAGES, int CONSUMERS,
-          bool STEP_RING>
+template <int MODE, int N, int K, int EXPERTS, int BM, int SLICES, int BLOCK_K, int STAGES, int CONSUMERS, int RING>
 __global__ void __launch_bounds__(threads(CONSUMERS), 1)
     grouped_gemm_kernel(const __grid_constant__ TensorMap act_map, const uint32_t* __restrict__ packed,
                         const bf16* __restrict__ packed_scale, const int32_t* __restrict__ routing, int rows,
@@ -52,6 +52,8 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
   static_assert(BM % 8 == 0 && BM >= 8 && BM <= 256, "wgmma N is 8..256 in steps of 8");
   static_assert(N % kBlockN == 0 && K % BLOCK_K == 0, "shape must tile exactly");
   static_assert(valid_consumers(CONSUMERS), "2 or 4 consumer warpgroups");
+  static_assert(valid_ring(RING), "kRingBlock, kRingStep or kRingSingle");
+  constexpr bool kStepRing = RING == kRingStep;
   static_assert(
       setmaxnreg_fits_launch(threads(CONSUMERS), kProducerRegisters + CONSUMERS * consumer_registers(CONSUMERS)),
       "setmaxnreg past the pool");
@@ -164,18 +166,20 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
 
   set_max_registers_increase<consumer_registers(CONSUMERS)>();
   const int consumer = warpgroup - 1, tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
-  const int g = lane / 4, t4 = lane % 4;
+  const int g = lane / 4;
   // This thread's weight rows inside the tile: slice (consumer * SLICES + j), rows 16*warp + g (+8).
   const int row_in_slice = warp * 16 + g;
   bf16* epilogue = reinterpret_cast<bf16*>(smem + STAGES * Smem::kStageBytes) + consumer * BM * Smem::kEpiloguePitch;
 
   float acc[SLICES][Mma::kAccumulators];
-  // Fragment buffers: a whole K block each, or with STEP_RING one k16 step each (the block's packed words
-  // and scale pairs then stay in registers and each step is dequantized while the previous one's wgmmas run).
-  constexpr int kFragSteps = STEP_RING ? 1 : kSteps;
-  uint32_t frag[2][SLICES][kFragSteps][4];
-  uint32_t ring_words[SLICES][kSteps];       // STEP_RING: the current K block's words, one per k16 step
-  uint32_t ring_scales[SLICES][kGroups][2];  // STEP_RING: its scales, rows g and g + 8, in both halves
+  // Fragment buffers: two of a whole K block, two of one k16 step (the step ring: the block's packed words
+  // and scale pairs then stay in registers and each step is dequantized while the previous one's wgmmas
+  // run), or one of a K block (the single ring).
+  constexpr int kFragSteps = kStepRing ? 1 : kSteps;
+  constexpr int kFragBuffers = RING == kRingSingle ? 1 : 2;
+  uint32_t frag[kFragBuffers][SLICES][kFragSteps][4];
+  uint32_t ring_words[SLICES][kSteps];       // step ring: the current K block's words, one per k16 step
+  uint32_t ring_scales[SLICES][kGroups][2];  // step ring: its scales, rows g and g + 8, in both halves
   int it = 0;
 
   // Reads stage `s`'s words and scales for this thread and dequantizes them into frag[BUF].
@@ -207,7 +211,7 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
     }
   };
 
-  // STEP_RING: reads stage `s`'s words and scales for this thread into registers (as load_and_dequant
+  // Step ring: reads stage `s`'s words and scales for this thread into registers (as load_and_dequant
   // reads them; kept apart so that the K-block ring's SASS stays what was measured).
   auto load_block = [&](int s) {
     const uint8_t* w = smem + s * Smem::kStageBytes + Smem::kActBytes;
@@ -232,7 +236,7 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
       }
     }
   };
-  // STEP_RING: dequantizes k16 step `step` of the loaded block into frag[BUF].
+  // Step ring: dequantizes k16 step `step` of the loaded block into frag[BUF].
   auto dequant_step = [&](auto buf_tag, int step) {
     constexpr int BUF = decltype(buf_tag)::value;
 #pragma unroll
@@ -295,11 +299,12 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
     }
   };
   // Short K (TP down: 4 K blocks a tile) restarts the pipeline empty at every tile. With an even number of
-  // K blocks the main loop ends on buffer 1 (the step ring: always), so there the next tile's first K block
-  // (step) is waited for, loaded and dequantized into buffer 0 under the tile's last wgmmas, before its
-  // epilogue (its ring stage is free by then: every older stage is released). Long K keeps the plain loop
-  // (H200, v5 in bench/NOTES.md).
-  constexpr bool kLookAhead = (STEP_RING || kKBlocks % 2 == 0) && kKBlocks <= kShortTileKBlocks;
+  // K blocks the block ring's main loop ends on buffer 1 (the step ring: always; the single ring has one
+  // buffer, free once the last wgmmas are waited for), so there the next tile's first K block (step) is
+  // waited for, loaded and dequantized into buffer 0 under the tile's last wgmmas (the single ring: after
+  // them), before its epilogue (its ring stage is free by then: every older stage is released). Long K keeps
+  // the plain loop (H200, v5 in bench/NOTES.md).
+  constexpr bool kLookAhead = (RING != kRingBlock || kKBlocks % 2 == 0) && kKBlocks <= kShortTileKBlocks;
   constexpr int kVecPerRow = SLICES * kSliceRows / 8;
   constexpr int kStores = (BM * kVecPerRow + 127) / 128;  // 16-byte output stores per thread and tile
   int index = blockIdx.x;
@@ -322,14 +327,34 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
     bool look = false;  // the next tile's first K block is loaded during this one
     if (!ahead) {
       wait_full(it);
-      if constexpr (STEP_RING) {
+      if constexpr (kStepRing) {
         load_block(it % STAGES);
         dequant_step(Const<0>{}, 0);
       } else {
         load_and_dequant(Const<0>{}, it % STAGES);
       }
     }
-    if constexpr (STEP_RING) {
+    if constexpr (RING == kRingSingle) {
+      // The single ring: block kb's wgmmas complete before block kb + 1 (at the tile's last block, with
+      // kLookAhead, the next tile's first) is dequantized into the one buffer; its stage is released once
+      // they are done, but the last block's, which the common code below releases.
+      for (int kb = 0; kb < kKBlocks; ++kb) {
+        issue(Const<0>{}, Const<kSteps>{}, (it + kb) % STAGES, 0, kb > 0);
+        bool more = kb + 1 < kKBlocks;
+        if constexpr (kLookAhead) {
+          if (!more) {
+            skip_idle(next_index, next);
+            look = more = next_index < tiles;
+          }
+        }
+        wgmma_wait<0>();
+        if (kb + 1 < kKBlocks) release((it + kb) % STAGES);
+        if (more) {
+          wait_full(it + kb + 1);
+          load_and_dequant(Const<0>{}, (it + kb + 1) % STAGES);
+        }
+      }
+    } else if constexpr (kStepRing) {
       // The step ring's main loop body: issue k16 step `step` of K block kb from frag[BUF], then, once the
       // previous step's batch is done (its buffer is the other one), dequantize the next step into it: this
       // block's next, or at its last step the next K block's first (loaded from the ring first), the next
@@ -420,8 +445,8 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
         }
         if constexpr (BM / 8 % 2 == 1) {  // the last 8 tokens: matrices 0 and 1 (lanes 16-31 ignored)
           constexpr int i = BM / 8 - 1;
-          stmatrix_x2_trans(base + 8 * i * Smem::kEpiloguePitch + j * kSliceRows,
-                            pack_bf16x2(a[4 * i], a[4 * i + 1]), pack_bf16x2(a[4 * i + 2], a[4 * i + 3]));
+          stmatrix_x2_trans(base + 8 * i * Smem::kEpiloguePitch + j * kSliceRows, pack_bf16x2(a[4 * i], a[4 * i + 1]),
+                            pack_bf16x2(a[4 * i + 2], a[4 * i + 3]));
         }
       }
     }

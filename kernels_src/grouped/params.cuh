@@ -33,6 +33,15 @@ constexpr int kMinStages = 2, kMaxStages = 16;
 constexpr int kShortTileKBlocks = 8;
 constexpr int kSmemAlign = 1024;  // the kernel aligns its dynamic shared memory (128-byte swizzle atoms)
 
+// The RING template argument: how a consumer's dequantized fragments are buffered in registers.
+//   kRingBlock:  two K-block buffers; block kb + 1 is dequantized while block kb's wgmmas run.
+//   kRingStep:   two k16-step buffers, the block's packed words held in registers (half the fragments).
+//   kRingSingle: one K-block buffer; a block's wgmmas complete before the next block is dequantized into
+//                it, so the overlap of dequant and tensor pipe comes from the other consumer warpgroups
+//                (half the block ring's fragment registers: 32 for two slices, so four consumers fit).
+enum : int { kRingBlock = 0, kRingStep = 1, kRingSingle = 2 };
+CHORD_HD constexpr bool valid_ring(int ring) { return ring >= kRingBlock && ring <= kRingSingle; }
+
 // The packed layout each mode reads, and its K block (a stage holds one).
 CHORD_HD constexpr w4a16::Layout layout_of_mode(int mode) {
   return mode == kMasked ? w4a16::Layout::kWgmmaK128 : w4a16::Layout::kWgmmaK64;

@@ -64,17 +64,16 @@ KernelProgram grouped_gemm_program(std::string_view family, const GroupedShape& 
   }
   KernelProgram p;
   p.header = "grouped/gemm.cuh";
-  p.name_expression =
-      fmt::format("chord::grouped::grouped_gemm_kernel<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}>",
-                  static_cast<int>(s.mode), s.n, s.k, s.experts, c.block_m, c.slices,
-                  heuristics::grouped_block_k(s.mode), c.stages, c.consumers, c.step_ring ? "true" : "false");
+  p.name_expression = fmt::format("chord::grouped::grouped_gemm_kernel<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}>",
+                                  static_cast<int>(s.mode), s.n, s.k, s.experts, c.block_m, c.slices,
+                                  heuristics::grouped_block_k(s.mode), c.stages, c.consumers, c.ring);
   p.threads = g::threads(c.consumers);
   p.dynamic_smem = static_cast<uint32_t>(heuristics::grouped_dynamic_smem(s, c));
   return p;
 }
 
 KernelProgram GroupedGemmFamily::program(const GroupedGemmKey& k) {
-  return grouped_gemm_program(kName, shape_of(k), {k.block_m, k.slices, k.stages, k.consumers, k.step_ring});
+  return grouped_gemm_program(kName, shape_of(k), {k.block_m, k.slices, k.stages, k.consumers, k.ring});
 }
 
 std::vector<GroupedGemmKey> GroupedGemmFamily::examples(const DeviceFacts& facts) {
@@ -107,7 +106,7 @@ GroupedGemmKey grouped_gemm_key(const GroupedShape& s, int64_t rows_hint, const 
           .slices = c.slices,
           .stages = c.stages,
           .consumers = c.consumers,
-          .step_ring = c.step_ring};
+          .ring = c.ring};
 }
 
 void grouped_contiguous(const chord_grouped_contiguous_args_t& a, CUstream stream) {

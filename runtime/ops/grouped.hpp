@@ -14,11 +14,11 @@
 
 namespace chordrt::ops {
 
-// The GEMM's template: MODE (a chord::grouped mode), N, K, EXPERTS, BM, SLICES, STAGES, CONSUMERS, STEP_RING
+// The GEMM's template: MODE (a chord::grouped mode), N, K, EXPERTS, BM, SLICES, STAGES, CONSUMERS, RING
 // (BLOCK_K follows from the mode). The indexed family's prefill is the same kernel in mode kIndexed
 // (IndexedPrefillFamily).
 struct GroupedGemmKey {
-  int mode, n, k, experts, block_m, slices, stages, consumers, step_ring;
+  int mode, n, k, experts, block_m, slices, stages, consumers, ring;
 };
 struct GroupedGemmFamily : JitFamily<GroupedGemmFamily, GroupedGemmKey> {
   static constexpr std::string_view kName = "grouped.gemm";
@@ -31,7 +31,7 @@ struct GroupedGemmFamily : JitFamily<GroupedGemmFamily, GroupedGemmKey> {
       {"slices", &GroupedGemmKey::slices, 1, chord::grouped::kMaxSlices},
       {"stages", &GroupedGemmKey::stages, chord::grouped::kMinStages, chord::grouped::kMaxStages},
       {"consumers", &GroupedGemmKey::consumers, chord::grouped::kMinConsumers, chord::grouped::kMaxConsumers},
-      {"step_ring", &GroupedGemmKey::step_ring, 0, 1},
+      {"ring", &GroupedGemmKey::ring, 0, 2},
   }};
   static KernelProgram program(const GroupedGemmKey& k);
   static std::vector<GroupedGemmKey> examples(const DeviceFacts& facts);

@@ -73,7 +73,7 @@ KernelProgram IndexedPrefillFamily::program(const IndexedPrefillKey& k) {
   if (const std::string why = heuristics::indexed_shape_error(s); !why.empty()) {
     throw_error(CHORD_ERROR_INVALID_ARGUMENT, "{}: {}", kName, why);
   }
-  return grouped_gemm_program(kName, gathering_shape(s), {k.block_m, k.slices, k.stages, k.consumers, k.step_ring});
+  return grouped_gemm_program(kName, gathering_shape(s), {k.block_m, k.slices, k.stages, k.consumers, k.ring});
 }
 
 std::vector<IndexedPrefillKey> IndexedPrefillFamily::examples(const DeviceFacts& facts) {
@@ -118,8 +118,7 @@ IndexedPrefillKey indexed_prefill_key(const IndexedShape& s, int block_m, int64_
                          return std::string("block_m is the routing's (the call's block_m), not a key here");
                        return heuristics::grouped_config_error(gathering_shape(s), cfg, facts);
                      });
-  return {
-      static_cast<int>(s.n), static_cast<int>(s.k), s.experts, c.block_m, c.slices, c.stages, c.consumers, c.step_ring};
+  return {static_cast<int>(s.n), static_cast<int>(s.k), s.experts, c.block_m, c.slices, c.stages, c.consumers, c.ring};
 }
 
 IndexedDecodeKey indexed_decode_key(const IndexedShape& s, int block_m) {

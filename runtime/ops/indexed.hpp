@@ -15,9 +15,9 @@
 namespace chordrt::ops {
 
 // The grouped kernel in mode kIndexed (BLOCK_K 64): N, K, EXPERTS, BM (the routing's block_m), SLICES, STAGES,
-// CONSUMERS, STEP_RING.
+// CONSUMERS, RING.
 struct IndexedPrefillKey {
-  int n, k, experts, block_m, slices, stages, consumers, step_ring;
+  int n, k, experts, block_m, slices, stages, consumers, ring;
 };
 struct IndexedPrefillFamily : JitFamily<IndexedPrefillFamily, IndexedPrefillKey> {
   static constexpr std::string_view kName = "indexed.prefill";
@@ -29,7 +29,7 @@ struct IndexedPrefillFamily : JitFamily<IndexedPrefillFamily, IndexedPrefillKey>
       {"slices", &IndexedPrefillKey::slices, 1, chord::grouped::kMaxSlices},
       {"stages", &IndexedPrefillKey::stages, chord::grouped::kMinStages, chord::grouped::kMaxStages},
       {"consumers", &IndexedPrefillKey::consumers, chord::grouped::kMinConsumers, chord::grouped::kMaxConsumers},
-      {"step_ring", &IndexedPrefillKey::step_ring, 0, 1},
+      {"ring", &IndexedPrefillKey::ring, 0, 2},
   }};
   static KernelProgram program(const IndexedPrefillKey& k);
   static std::vector<IndexedPrefillKey> examples(const DeviceFacts& facts);
@@ -55,7 +55,7 @@ struct IndexedDecodeFamily : JitFamily<IndexedDecodeFamily, IndexedDecodeKey> {
 // The keys dispatch uses for a weight shape, the routing's block_m and the routes (tokens * top_k) on a
 // device (and what the planner prewarms, with no override). The shape's layout picks the family.
 // `override_spec` (CHORD_INDEXED_CONFIG) overrides the prefill kernel's slices, stages, consumers and
-// step_ring, checked like CHORD_GROUPED_CONFIG; block_m is the routing's and cannot be overridden.
+// ring, checked like CHORD_GROUPED_CONFIG; block_m is the routing's and cannot be overridden.
 IndexedPrefillKey indexed_prefill_key(const heuristics::IndexedShape& s, int block_m, int64_t routes,
                                       const DeviceFacts& facts, std::string_view override_spec = {});
 IndexedDecodeKey indexed_decode_key(const heuristics::IndexedShape& s, int block_m);

@@ -602,10 +602,12 @@ def _child(python_runner, saved, spec):
     return proc.result
 
 
-# The last two: the step ring (fragments one k16 step ahead), with one and two slices per consumer.
+# Then the step ring (fragments one k16 step ahead), with one and two slices per consumer, and the single
+# ring (one K block of fragments), with four consumers of one slice and two of two.
 @pytest.mark.parametrize("spec", ["block_m=64,slices=1,stages=4", "block_m=128,slices=1,stages=3",
-                                  "block_m=32,slices=2", "block_m=32,slices=1,stages=4,step_ring=1",
-                                  "block_m=16,slices=2,stages=3,step_ring=1"])
+                                  "block_m=32,slices=2", "block_m=32,slices=1,stages=4,ring=1",
+                                  "block_m=16,slices=2,stages=3,ring=1", "block_m=32,slices=1,stages=4,consumers=4,ring=2",
+                                  "block_m=16,slices=2,stages=3,ring=2"])
 def test_config_override_gives_the_same_results(python_runner, override_cases, spec):
     result = _child(python_runner, override_cases, spec)
     for name, r in result.items():

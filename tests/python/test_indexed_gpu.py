@@ -122,11 +122,11 @@ def run(layout, n, k, experts, tokens, top_k, block_m=None, global_experts=None,
     return out, (a, w, sorted_ids, expert_ids, npp, top_k, block_m)
 
 
-# ---- CHORD_INDEXED_CONFIG: the step ring ---------------------------------------------------------------
+# ---- CHORD_INDEXED_CONFIG: the step and single rings ----------------------------------------------------
 
 # The runtime reads its environment once per process: the forced kernel runs in a fresh interpreter, through
 # this module's run() (poisoned outputs, FP32 reference), at Kimi K2 EP8 and TP8 with block_m 32.
-STEP_RING_CHILD = textwrap.dedent(
+RING_CHILD = textwrap.dedent(
     """
     import sys
     sys.path.insert(0, {tests!r})
@@ -140,9 +140,10 @@ STEP_RING_CHILD = textwrap.dedent(
 )
 
 
-def test_step_ring_with_four_consumers_of_two_slices_matches_the_reference(python_runner):
-    code = STEP_RING_CHILD.format(tests=str(Path(__file__).resolve().parent))
-    proc = python_runner(code, timeout=600, CHORD_INDEXED_CONFIG="consumers=4,slices=2,step_ring=1")
+@pytest.mark.parametrize("ring", [1, 2])
+def test_register_rings_with_four_consumers_of_two_slices_match_the_reference(python_runner, ring):
+    code = RING_CHILD.format(tests=str(Path(__file__).resolve().parent))
+    proc = python_runner(code, timeout=600, CHORD_INDEXED_CONFIG=f"consumers=4,slices=2,ring={ring}")
     assert proc.result == {"ok": True}, proc.stdout + proc.stderr
 
 

@@ -95,19 +95,21 @@ def _small_descriptors():
                                               (0, 256, 576, 2, 64, 2, 4), (1, 4096, 7168, 48, 48, 2, 6),
                                               (0, 512, 256, 4, 128, 2, 6)]:
         fields = {"mode": mode, "n": n, "k": k, "experts": e, "block_m": bm, "slices": slices, "stages": stages,
-                  "consumers": 2, "step_ring": 0}
+                  "consumers": 2, "ring": 0}
         out.append(json.dumps({"family": "grouped.gemm", "arch": "sm_90a", "fields": fields}))
     # The step ring (a wait per k16 step) in the masked mode.
     fields = {"mode": 1, "n": 4096, "k": 7168, "experts": 48, "block_m": 16, "slices": 2, "stages": 3,
-              "consumers": 4, "step_ring": 1}
+              "consumers": 4, "ring": 1}
     out.append(json.dumps({"family": "grouped.gemm", "arch": "sm_90a", "fields": fields}))
-    # The gathering mode at K 256, with four consumer warpgroups (short and long K), and the step ring's
-    # four consumers of two slices (short K: the next tile's first step loaded under the last wgmmas).
+    # The gathering mode at K 256, with four consumer warpgroups (short and long K), the step ring's four
+    # consumers of two slices (short K: the next tile's first step loaded under the last wgmmas), and the
+    # single ring's (long K, and short K where the next tile's first block is dequantized before the epilogue).
     for n, k, e, bm, slices, stages, consumers, ring in [(7168, 256, 384, 96, 2, 7, 2, 0), (4096, 7168, 48, 40, 1, 8, 4, 0),
                                                          (7168, 256, 384, 64, 1, 6, 4, 0), (4096, 7168, 48, 32, 2, 6, 4, 1),
-                                                         (7168, 256, 384, 24, 2, 6, 4, 1), (7168, 2048, 48, 64, 2, 6, 2, 1)]:
+                                                         (7168, 256, 384, 24, 2, 6, 4, 1), (7168, 2048, 48, 64, 2, 6, 2, 1),
+                                                         (4096, 7168, 48, 40, 2, 4, 4, 2), (7168, 256, 384, 32, 2, 4, 4, 2)]:
         fields = {"n": n, "k": k, "experts": e, "block_m": bm, "slices": slices, "stages": stages,
-                  "consumers": consumers, "step_ring": ring}
+                  "consumers": consumers, "ring": ring}
         out.append(json.dumps({"family": "indexed.prefill", "arch": "sm_90a", "fields": fields}))
     return out
 
@@ -124,15 +126,36 @@ def grouped_cubins(tmp_path_factory):
     for meta in sorted(Path(cache).glob("entries/*/*.json")):
         entry = json.loads(meta.read_text())
         if entry["descriptor"]["family"] in ("grouped.gemm", "indexed.prefill"):  # the same kernel, two modes
-            cubins.append((entry["descriptor_text"], meta.with_suffix(".cubin")))
+            cubins.append((entry["descriptor_text"], entry["descriptor"], meta.with_suffix(".cubin")))
     assert len(cubins) >= 10, cubins
     return cubins
 
 
 @needs_tools
 def test_grouped_epilogues_wait_for_their_last_batch(grouped_cubins):
-    for name, cubin in grouped_cubins:
+    for name, _, cubin in grouped_cubins:
         sass = subprocess.run([CUOBJDUMP, "-sass", str(cubin)], check=True, capture_output=True, text=True).stdout
         assert "HGMMA" in sass, f"{name}: no wgmma in the SASS (a slower path?)"
         hazards = accumulator_hazards(sass)
         assert not hazards, f"{name}: accumulators read before the final wgmma wait: {hazards[:3]}"
+
+
+@needs_tools
+def test_grouped_wgmma_batches_are_not_serialized(grouped_cubins):
+    # Every batch the kernel commits is SLICES wgmmas per k16 step it issues (a K block's steps, or one step
+    # on the step ring), and ptxas marks only its last with gsb0. When register pressure makes ptxas wait
+    # after every wgmma (seen: four consumers of two slices on the single ring at block_m 48), each one
+    # carries gsb0 and the batches shrink to one.
+    for name, descriptor, cubin in grouped_cubins:
+        fields = descriptor["fields"]
+        block_k = 128 if fields.get("mode") == 1 else 64
+        batch = fields["slices"] * (1 if fields["ring"] == 1 else block_k // 16)
+        sass = subprocess.run([CUOBJDUMP, "-sass", str(cubin)], check=True, capture_output=True, text=True).stdout
+        runs, run = [], 0
+        for line in sass.splitlines():
+            if "HGMMA" in line:
+                run += 1
+                if "gsb0" in line:
+                    runs.append(run)
+                    run = 0
+        assert runs and all(r == batch for r in runs), f"{name}: wgmma batches {runs[:12]}, expected {batch} each"
