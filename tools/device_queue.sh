@@ -35,7 +35,7 @@ export CHORD_CACHE_DIR=${CHORD_CACHE_DIR:-$build/gpu-cache}
 export PYTHONPATH="$PWD/tools/python:$PWD/bench${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 # Peer wheels carried in .whl/ (../shared/peers/README.md): installed once, importable by every step.
 if compgen -G ".whl/*.whl" >/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/chord-peers .whl/*.whl >"$out/peers.log" 2>&1 &&
+  python3 -m pip install -q --upgrade --no-index --no-deps --no-compile --target /tmp/chord-peers .whl/*.whl >"$out/peers.log" 2>&1 &&
     export PYTHONPATH="$PYTHONPATH:/tmp/chord-peers"
 fi
 while read -r limit name command <&3; do
