@@ -214,6 +214,11 @@ class Point:
         self.bytes = statistics.mean(per_set)
         self.local_routes = statistics.mean(s.local_routes for s in self.sets)
         self.flops = 2 * self.local_routes * n * k
+        # Stream-K scratch, as a serving engine would pass it (the calls of a graph run in order on one stream,
+        # so they share it); CHORD_INDEXED_CONFIG=stream_k=0 measures the static schedule with it present.
+        sms = torch.cuda.get_device_properties(0).multi_processor_count
+        self.workspace = torch.empty(chordrt.indexed_gemm_workspace_size(self.block_m, sms), dtype=torch.uint8,
+                                     device="cuda")
 
     def mean(self, attr):
         return statistics.mean(getattr(s, attr) for s in self.sets)
@@ -221,7 +226,7 @@ class Point:
     def chord_call(self, i, weight):
         s = self.sets[i]
         return lambda: chordrt.indexed_gemm(s.a, weight, s.sorted_ids, s.expert_ids, s.post, self.top_k,
-                                            self.block_m, out=s.out)
+                                            self.block_m, out=s.out, workspace=self.workspace)
 
 
 def local_routing(local_ids, experts, block_m):

@@ -32,7 +32,8 @@ int grouped_deepest_ring(const GroupedShape& s, GroupedConfig c, const DeviceFac
 }
 
 int64_t grouped_dynamic_smem(const GroupedShape& s, const GroupedConfig& c) {
-  return g::gemm_smem_bytes(static_cast<int>(s.mode), c.block_m, c.slices, c.stages, s.experts, c.consumers);
+  return g::gemm_smem_bytes(static_cast<int>(s.mode), c.block_m, c.slices, c.stages, s.experts, c.consumers,
+                            c.stream_k != 0);
 }
 
 int grouped_consumer_registers(const GroupedShape& s, const GroupedConfig& c) {
@@ -71,6 +72,11 @@ std::string grouped_config_error(const GroupedShape& s, const GroupedConfig& c, 
   if (s.k < bk || s.k % bk != 0 || s.k > chord::w4a16::kMaxDim) {
     return fmt::format("k must be a positive multiple of {} (the mode's K block) up to {}, got {}", bk,
                        chord::w4a16::kMaxDim, s.k);
+  }
+  if (c.stream_k != 0 && c.stream_k != 1) return fmt::format("stream_k must be 0 or 1, got {}", c.stream_k);
+  if (c.stream_k == 1 && (s.mode != GroupedMode::kIndexed || s.k / bk <= g::kShortTileKBlocks)) {
+    return fmt::format("stream_k 1 needs the indexed mode and more than {} K blocks (k > {}), got k {}",
+                       g::kShortTileKBlocks, g::kShortTileKBlocks * bk, s.k);
   }
   if (c.block_m < g::kMinBlockM || c.block_m > g::kMaxBlockM || c.block_m % 8 != 0) {
     return fmt::format("block_m must be a multiple of 8 in [{}, {}], got {}", g::kMinBlockM, g::kMaxBlockM, c.block_m);
@@ -131,7 +137,8 @@ std::string apply_grouped_override(std::string_view spec, GroupedConfig& c) {
                                     {"slices", &c.slices},
                                     {"stages", &c.stages},
                                     {"consumers", &c.consumers},
-                                    {"ring", &c.ring}});
+                                    {"ring", &c.ring},
+                                    {"stream_k", &c.stream_k}});
 }
 
 }  // namespace chordrt::heuristics

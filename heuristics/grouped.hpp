@@ -34,6 +34,7 @@ struct GroupedConfig {
   int stages = 4;     // shared-memory ring depth, one K block per stage
   int consumers = 2;  // consumer warpgroups, 2 or 4: tile N = 64 * slices * consumers
   int ring = 0;       // chord::grouped::kRingBlock / kRingStep / kRingSingle: the fragment registers' buffering
+  int stream_k = 0;   // 1: stream-K over the caller's workspace (indexed mode, long K; params.cuh)
 };
 
 // Dynamic shared memory of a configuration: chord::grouped::gemm_smem_bytes, the kernel's layout.
@@ -49,13 +50,13 @@ int grouped_consumer_registers(const GroupedShape& s, const GroupedConfig& c);
 int grouped_deepest_ring(const GroupedShape& s, GroupedConfig c, const DeviceFacts& facts = {});
 
 // "" when (s, c) is a valid kernel, else why not, naming the field (n, k, experts, block_m, slices,
-// stages, consumers, ring), its range and its value. The one check of program() and of CHORD_GROUPED_CONFIG.
+// stages, consumers, ring, stream_k), its range and its value. The one check of program() and of CHORD_GROUPED_CONFIG.
 std::string grouped_config_error(const GroupedShape& s, const GroupedConfig& c, const DeviceFacts& facts = {});
 
 // rows_hint: contiguous m (total rows, padding included); masked expected_m (tokens per expert).
 GroupedConfig select_grouped(const GroupedShape& s, int64_t rows_hint, const DeviceFacts& facts = {});
 
-// Experiments: "block_m=64,slices=1,stages=6,consumers=4,ring=1" overrides fields of c; returns "" or
+// Experiments: "block_m=64,slices=1,stages=6,consumers=4,ring=1,stream_k=0" overrides fields of c; returns "" or
 // what was wrong.
 std::string apply_grouped_override(std::string_view spec, GroupedConfig& c);
 

@@ -49,6 +49,7 @@ struct DriverApi {
   X(cuMemcpyHtoD, CUresult(CUdeviceptr, const void*, size_t))                                                        \
   X(cuMemcpyDtoH, CUresult(void*, CUdeviceptr, size_t))                                                              \
   X(cuMemsetD8, CUresult(CUdeviceptr, unsigned char, size_t))                                                        \
+  X(cuMemsetD32Async, CUresult(CUdeviceptr, unsigned int, size_t, CUstream))                                         \
   X(cuTensorMapEncodeTiled, CUresult(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,        \
                                      const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, \
                                      CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill))

@@ -1,5 +1,6 @@
 // The indexed family without a GPU: its heuristics (profile, expected blocks, block_m, configs), the host
 // routing check, the C ABI's argument and weight checks, and its place in the model plans.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <random>
@@ -172,23 +173,97 @@ TEST_CASE("every selected indexed config is a valid kernel", "[indexed]") {
     CHECK_THAT(std::string(e.what()), Contains("indexed.decode: block_m must be a multiple of 8 in [8, 32]"));
   }
   try {
-    IndexedPrefillFamily::program({4096 + 64, 7168, 48, 64, 1, 4, 2, 0});
+    IndexedPrefillFamily::program({4096 + 64, 7168, 48, 64, 1, 4, 2, 0, 0});
     FAIL("no error");
   } catch (const chordrt::Error& e) {
     CHECK_THAT(std::string(e.what()), Contains("indexed.prefill: n must be a positive multiple of 128"));
   }
   // The prefill is the grouped kernel in its gathering mode, BLOCK_K 64, in the contiguous mode's layout
   // (the gathering producers keep their rows' tokens in registers).
-  const auto p = IndexedPrefillFamily::program({4096, 7168, 48, 64, 2, 4, 2, 0});
-  CHECK(p.name_expression == "chord::grouped::grouped_gemm_kernel<2, 4096, 7168, 48, 64, 2, 64, 4, 2, 0>");
+  const auto p = IndexedPrefillFamily::program({4096, 7168, 48, 64, 2, 4, 2, 0, 0});
+  CHECK(p.name_expression == "chord::grouped::grouped_gemm_kernel<2, 4096, 7168, 48, 64, 2, 64, 4, 2, 0, 0>");
   CHECK(p.dynamic_smem == chordrt::ops::GroupedGemmFamily::program({0, 4096, 7168, 48, 64, 2, 4, 2, 0}).dynamic_smem);
-  const auto four = IndexedPrefillFamily::program({4096, 7168, 48, 32, 1, 8, 4, 0});
-  CHECK(four.name_expression == "chord::grouped::grouped_gemm_kernel<2, 4096, 7168, 48, 32, 1, 64, 8, 4, 0>");
+  const auto four = IndexedPrefillFamily::program({4096, 7168, 48, 32, 1, 8, 4, 0, 0});
+  CHECK(four.name_expression == "chord::grouped::grouped_gemm_kernel<2, 4096, 7168, 48, 32, 1, 64, 8, 4, 0, 0>");
   CHECK(four.threads == 640);
   // The step ring: four consumers of two slices (512-row tiles) fit at block_m 32, as a K-block ring never does.
-  const auto ring = IndexedPrefillFamily::program({4096, 7168, 48, 32, 2, 6, 4, 1});
-  CHECK(ring.name_expression == "chord::grouped::grouped_gemm_kernel<2, 4096, 7168, 48, 32, 2, 64, 6, 4, 1>");
-  CHECK_THROWS_WITH(IndexedPrefillFamily::program({4096, 7168, 48, 32, 2, 6, 4, 0}), Contains("registers"));
+  const auto ring = IndexedPrefillFamily::program({4096, 7168, 48, 32, 2, 6, 4, 1, 0});
+  CHECK(ring.name_expression == "chord::grouped::grouped_gemm_kernel<2, 4096, 7168, 48, 32, 2, 64, 6, 4, 1, 0>");
+  CHECK_THROWS_WITH(IndexedPrefillFamily::program({4096, 7168, 48, 32, 2, 6, 4, 0, 0}), Contains("registers"));
+}
+
+TEST_CASE("stream-K ranges cover every tile's K blocks once, and a cut tile is finished by its first CTA",
+          "[indexed][stream_k]") {
+  namespace g = chord::grouped;
+  // Work below, near and far above the grid; K blocks per tile from 9 (the shortest long K) to 112.
+  for (const int64_t grid : {1, 7, 132}) {
+    for (const int64_t k_blocks : {9, 32, 112}) {
+      for (const int64_t tiles : {1, 5, 131, 392, 400, 3001}) {
+        const int64_t work = tiles * k_blocks;
+        INFO("grid " << grid << " K blocks " << k_blocks << " tiles " << tiles);
+        std::vector<int> seen(static_cast<size_t>(work), 0);
+        std::vector<int> partials_written(static_cast<size_t>(grid), 0);
+        for (int64_t cta = 0; cta < grid; ++cta) {
+          const int64_t begin = g::stream_begin(cta, work, grid), end = g::stream_begin(cta + 1, work, grid);
+          REQUIRE(begin <= end);
+          for (int64_t pos = begin; pos < end; ++pos) {
+            ++seen[static_cast<size_t>(pos)];
+            REQUIRE(g::stream_cta_of(pos, work, grid) == cta);
+          }
+          // Only a range's first segment can start past K block 0: one partial per CTA at most.
+          if (begin < end && begin % k_blocks != 0) ++partials_written[static_cast<size_t>(cta)];
+        }
+        CHECK(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }));
+        CHECK(std::all_of(partials_written.begin(), partials_written.end(), [](int n) { return n <= 1; }));
+        // The CTA holding a tile's K block 0 holds it last in its range, and every other CTA sharing the tile
+        // has a higher index (it wrote its partial first in its own range).
+        for (int64_t t = 0; t < tiles; ++t) {
+          const int64_t owner = g::stream_cta_of(t * k_blocks, work, grid);
+          const int64_t last = g::stream_cta_of((t + 1) * k_blocks - 1, work, grid);
+          CHECK(owner <= last);
+          if (owner < last) CHECK(g::stream_begin(owner + 1, work, grid) < (t + 1) * k_blocks);
+        }
+        // Balance: ranges differ by at most one K block.
+        const int64_t lo = work / grid;
+        for (int64_t cta = 0; cta < grid; ++cta) {
+          const int64_t n = g::stream_begin(cta + 1, work, grid) - g::stream_begin(cta, work, grid);
+          CHECK((n == lo || n == lo + 1));
+        }
+      }
+    }
+  }
+  // The workspace: flags for kMaxConsumers warpgroups a CTA, 256-aligned, then one FP32 tile a CTA.
+  CHECK(g::stream_flags_bytes(132) == 2304);
+  CHECK(g::stream_workspace_bytes(132, 32, 512) == 2304 + 132LL * 32 * 512 * 4);
+  CHECK(chord_indexed_gemm_workspace_size(32, 132) == static_cast<size_t>(g::stream_workspace_bytes(132, 32, 512)));
+  CHECK(chord_indexed_gemm_workspace_size(12, 132) == 0);
+  CHECK(chord_indexed_gemm_workspace_size(32, 0) == 0);
+  CHECK(chord_indexed_gemm_workspace_size(264, 132) == 0);
+}
+
+TEST_CASE("stream-K is chosen on long K when the call brings a workspace, and only there", "[indexed][stream_k]") {
+  const IndexedShape ep_up{W4a16Layout::kWgmmaK64, 4096, 7168, 48};
+  const IndexedShape tp_down{W4a16Layout::kWgmmaK64, 7168, 256, 384};
+  CHECK(chordrt::ops::indexed_prefill_key(ep_up, 32, 1024, kHopperFacts).stream_k == 0);
+  const auto with = chordrt::ops::indexed_prefill_key(ep_up, 32, 1024, kHopperFacts, {}, true);
+  CHECK(with.stream_k == 1);
+  CHECK_NOTHROW(IndexedPrefillFamily::family().program(IndexedPrefillFamily::descriptor(kHopper, with)));
+  // Short K keeps its look-ahead loop and whole tiles.
+  CHECK(chordrt::ops::indexed_prefill_key(tp_down, 32, 8192, kHopperFacts, {}, true).stream_k == 0);
+  CHECK_THROWS_WITH(chordrt::ops::indexed_prefill_key(tp_down, 32, 8192, kHopperFacts, "stream_k=1", true),
+                    Contains("stream_k 1 needs the indexed mode and more than 8 K blocks"));
+  CHECK_THROWS_WITH(chordrt::ops::indexed_prefill_key(ep_up, 32, 1024, kHopperFacts, "stream_k=1"),
+                    Contains("stream_k 1 needs the call's workspace"));
+  CHECK(chordrt::ops::indexed_prefill_key(ep_up, 32, 1024, kHopperFacts, "stream_k=0", true).stream_k == 0);
+  // The list of live blocks costs shared memory: the configuration's ring depth accounts for it.
+  const chordrt::heuristics::GroupedShape g{chordrt::heuristics::GroupedMode::kIndexed, 4096, 7168, 48};
+  chordrt::heuristics::GroupedConfig c{32, 2, 4, 4, 2, 1};
+  const int64_t list_cost = chordrt::heuristics::grouped_dynamic_smem(g, c) -
+                            chordrt::heuristics::grouped_dynamic_smem(g, {32, 2, 4, 4, 2, 0});
+  CHECK(list_cost >= chord::grouped::kMaxStreamBlocks * 2 + 128);  // + alignment to 16 bytes
+  CHECK(list_cost < chord::grouped::kMaxStreamBlocks * 2 + 128 + 16);
+  CHECK(chordrt::heuristics::grouped_config_error({chordrt::heuristics::GroupedMode::kContiguous, 4096, 7168, 48}, c) !=
+        "");
 }
 
 TEST_CASE("the routing check reports the first bad entry", "[indexed]") {

@@ -24,6 +24,7 @@
 // to its route's output row.
 #pragma once
 
+#include "common/gpu_flags.cuh"
 #include "common/int4.cuh"
 #include "common/tma.cuh"
 #include "common/warpgroup.cuh"
@@ -40,11 +41,12 @@ struct Const {
   static constexpr int value = V;
 };
 
-template <int MODE, int N, int K, int EXPERTS, int BM, int SLICES, int BLOCK_K, int STAGES, int CONSUMERS, int RING>
+template <int MODE, int N, int K, int EXPERTS, int BM, int SLICES, int BLOCK_K, int STAGES, int CONSUMERS, int RING,
+          int STREAM>
 __global__ void __launch_bounds__(threads(CONSUMERS), 1)
     grouped_gemm_kernel(const __grid_constant__ TensorMap act_map, const uint32_t* __restrict__ packed,
                         const bf16* __restrict__ packed_scale, const int32_t* __restrict__ routing, int rows,
-                        const IndexedRouting indexed, bf16* __restrict__ out) {
+                        const IndexedRouting indexed, bf16* __restrict__ out, const StreamWorkspace stream_ws) {
   using Smem = GemmSmem<BM, SLICES, BLOCK_K, STAGES, CONSUMERS>;
   using Mma = WgmmaRs<BM>;
   constexpr int kBlockN = Smem::kBlockN, kNBlocks = N / kBlockN, kKBlocks = K / BLOCK_K;
@@ -58,14 +60,23 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
       setmaxnreg_fits_launch(threads(CONSUMERS), kProducerRegisters + CONSUMERS * consumer_registers(CONSUMERS)),
       "setmaxnreg past the pool");
   static_assert(kSteps % 2 == 0, "the step ring starts every K block on fragment buffer 0");
-  static_assert(EXPERTS >= 1 && EXPERTS <= Scheduler<MODE, BM, kNBlocks, EXPERTS>::kMaxGroups, "experts");
+  using Sched = Scheduler<MODE, BM, kNBlocks, EXPERTS, kKBlocks, STREAM>;
+  static_assert(EXPERTS >= 1 && EXPERTS <= Sched::kMaxGroups, "experts");
+  // Short K (TP down: 4 K blocks a tile) restarts the pipeline empty at every tile. With an even number of
+  // K blocks the block ring's main loop ends on buffer 1 (the step ring: always; the single ring has one
+  // buffer, free once the last wgmmas are waited for), so there the next tile's first K block (step) is
+  // waited for, loaded and dequantized into buffer 0 under the tile's last wgmmas (the single ring: after
+  // them), before its epilogue (its ring stage is free by then: every older stage is released). Long K keeps
+  // the plain loop (H200, v5 in bench/NOTES.md).
+  constexpr bool kLookAhead = (RING != kRingBlock || kKBlocks % 2 == 0) && kKBlocks <= kShortTileKBlocks;
+  static_assert(!STREAM || (MODE == kIndexed && !kLookAhead), "stream-K: the indexed mode on long K");
 
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024 - (smem_address(smem_raw) & 1023)) & 1023);
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + Smem::kBarrierOffset);
   uint64_t* empty = full + STAGES;
-  Scheduler<MODE, BM, kNBlocks, EXPERTS> sched{routing, rows, reinterpret_cast<int*>(smem + Smem::kPrefixOffset),
-                                               indexed};
+  Sched sched{routing, rows, reinterpret_cast<int*>(smem + Smem::kPrefixOffset), indexed,
+              reinterpret_cast<uint16_t*>(smem + stream_list_offset(Smem::kLayout, EXPERTS))};
   constexpr bool kGather = MODE == kIndexed;
 
   const int warpgroup = threadIdx.x / 128;
@@ -80,7 +91,6 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
   }
   sched.prepare(threadIdx.x, blockDim.x);
   __syncthreads();
-  const int tiles = sched.tiles();
 
   if (warpgroup == 0) {
     set_max_registers_decrease<kProducerRegisters>();
@@ -109,15 +119,16 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
       const int ptid = threadIdx.x, col = ptid % 8, row0 = ptid / 8;
       const int dst0 = row0 * 128 + ((col ^ (row0 & 7)) << 4);
       int it = 0;
-      for (int index = blockIdx.x; index < tiles; index += gridDim.x) {
-        const Tile t = sched.tile(index);
+      for (Cursor c = sched.first(); !sched.done(c); c = sched.after(c)) {
+        const Segment seg = sched.segment(c);
+        const Tile t = sched.tile(seg.index);
         if (t.expert < 0) continue;
         int token[kRowsPerThread];  // -1: padding slot (zero-filled)
 #pragma unroll
         for (int i = 0; i < kRowsPerThread; ++i) {
           token[i] = row0 + 16 * i < BM ? routing_token_of(indexed, t.row0 + row0 + 16 * i) : -1;
         }
-        for (int kb = 0; kb < kKBlocks; ++kb, ++it) {
+        for (int kb = seg.kb0; kb < seg.kb1; ++kb, ++it) {
           const int s = it % STAGES;
           mbarrier_wait(&empty[s], ((it / STAGES) & 1) ^ 1);
           uint8_t* stage = smem + s * Smem::kStageBytes;
@@ -143,11 +154,12 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
     }
     if (threadIdx.x >= 32) return;
     int it = 0;
-    for (int index = blockIdx.x; index < tiles; index += gridDim.x) {
-      const Tile t = sched.tile(index);
+    for (Cursor c = sched.first(); !sched.done(c); c = sched.after(c)) {
+      const Segment seg = sched.segment(c);
+      const Tile t = sched.tile(seg.index);
       if (t.expert < 0) continue;
       if (threadIdx.x == 0) {
-        for (int kb = 0; kb < kKBlocks; ++kb, ++it) {
+        for (int kb = seg.kb0; kb < seg.kb1; ++kb, ++it) {
           const int s = it % STAGES;
           mbarrier_wait(&empty[s], ((it / STAGES) & 1) ^ 1);
           uint8_t* stage = smem + s * Smem::kStageBytes;
@@ -158,7 +170,7 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
           copy_weights(stage, t, kb, &full[s]);
         }
       } else {
-        it += kKBlocks;
+        it += seg.kb1 - seg.kb0;
       }
     }
     return;
@@ -285,37 +297,32 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
     if (lane == 0) mbarrier_arrive(&empty[s]);
   };
 
-  // Tiles in the producer's order: this CTA's indices, those without work (expert < 0) skipped.
-  auto tile_at = [&](int index) {
+  // Segments in the producer's order, those without work (expert < 0) skipped.
+  auto tile_at = [&](Cursor c) {
     Tile t{};
     t.expert = -1;
-    if (index < tiles) t = sched.tile(index);
+    if (!sched.done(c)) t = sched.tile(sched.segment(c).index);
     return t;
   };
-  auto skip_idle = [&](int& index, Tile& t) {
-    while (index < tiles && t.expert < 0) {
-      index += gridDim.x;
-      t = tile_at(index);
+  auto skip_idle = [&](Cursor& c, Tile& t) {
+    while (!sched.done(c) && t.expert < 0) {
+      c = sched.after(c);
+      t = tile_at(c);
     }
   };
-  // Short K (TP down: 4 K blocks a tile) restarts the pipeline empty at every tile. With an even number of
-  // K blocks the block ring's main loop ends on buffer 1 (the step ring: always; the single ring has one
-  // buffer, free once the last wgmmas are waited for), so there the next tile's first K block (step) is
-  // waited for, loaded and dequantized into buffer 0 under the tile's last wgmmas (the single ring: after
-  // them), before its epilogue (its ring stage is free by then: every older stage is released). Long K keeps
-  // the plain loop (H200, v5 in bench/NOTES.md).
-  constexpr bool kLookAhead = (RING != kRingBlock || kKBlocks % 2 == 0) && kKBlocks <= kShortTileKBlocks;
   constexpr int kVecPerRow = SLICES * kSliceRows / 8;
   constexpr int kStores = (BM * kVecPerRow + 127) / 128;  // 16-byte output stores per thread and tile
-  int index = blockIdx.x;
-  Tile tile = tile_at(index);
-  skip_idle(index, tile);
+  Cursor cursor = sched.first();
+  Tile tile = tile_at(cursor);
+  skip_idle(cursor, tile);
   bool ahead = false;  // frag[0] already holds this tile's first K block
-  while (index < tiles) {
+  while (!sched.done(cursor)) {
+    const Segment seg = sched.segment(cursor);
+    const int count = STREAM ? seg.kb1 - seg.kb0 : kKBlocks;  // K blocks of this segment
     // Loads whose results are needed only at the end of the tile, issued now so the main loop hides them:
     // the next tile (its expert id) and, indexed, the output rows this thread stores.
-    int next_index = index + gridDim.x;
-    Tile next = tile_at(next_index);
+    Cursor next_cursor = sched.after(cursor);
+    Tile next = tile_at(next_cursor);
     int route[kStores];
     if constexpr (MODE == kIndexed) {
 #pragma unroll
@@ -338,17 +345,17 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
       // The single ring: block kb's wgmmas complete before block kb + 1 (at the tile's last block, with
       // kLookAhead, the next tile's first) is dequantized into the one buffer; its stage is released once
       // they are done, but the last block's, which the common code below releases.
-      for (int kb = 0; kb < kKBlocks; ++kb) {
+      for (int kb = 0; kb < count; ++kb) {
         issue(Const<0>{}, Const<kSteps>{}, (it + kb) % STAGES, 0, kb > 0);
-        bool more = kb + 1 < kKBlocks;
+        bool more = kb + 1 < count;
         if constexpr (kLookAhead) {
           if (!more) {
-            skip_idle(next_index, next);
-            look = more = next_index < tiles;
+            skip_idle(next_cursor, next);
+            look = more = !sched.done(next_cursor);
           }
         }
         wgmma_wait<0>();
-        if (kb + 1 < kKBlocks) release((it + kb) % STAGES);
+        if (kb + 1 < count) release((it + kb) % STAGES);
         if (more) {
           wait_full(it + kb + 1);
           load_and_dequant(Const<0>{}, (it + kb + 1) % STAGES);
@@ -372,8 +379,8 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
         }
         bool more = !decltype(last_tag)::value;
         if constexpr (kLookAhead && decltype(last_tag)::value) {
-          skip_idle(next_index, next);
-          look = more = next_index < tiles;
+          skip_idle(next_cursor, next);
+          look = more = !sched.done(next_cursor);
         }
         if (more) {
           wait_full(it + kb + 1);
@@ -391,92 +398,145 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
           ring_step(Const<1>{}, last_tag, kb, step + 1);
         }
       };
-      for (int kb = 0; kb + 1 < kKBlocks; ++kb) ring_block(Const<0>{}, kb);
-      ring_block(Const<1>{}, kKBlocks - 1);
+      for (int kb = 0; kb + 1 < count; ++kb) ring_block(Const<0>{}, kb);
+      ring_block(Const<1>{}, count - 1);
     } else {
       // Main loop over K blocks, two per iteration so the register buffer index is a constant.
-      for (int kb = 0; kb < kKBlocks; kb += 2) {
+      for (int kb = 0; kb < count; kb += 2) {
         {
           const int s = (it + kb) % STAGES;
           issue(Const<0>{}, Const<kSteps>{}, s, 0, kb > 0);
-          if (kb + 1 < kKBlocks) wait_full(it + kb + 1);
+          if (kb + 1 < count) wait_full(it + kb + 1);
           wgmma_wait<1>();
           if (kb > 0) release((it + kb - 1) % STAGES);
-          if (kb + 1 < kKBlocks) load_and_dequant(Const<1>{}, (it + kb + 1) % STAGES);
+          if (kb + 1 < count) load_and_dequant(Const<1>{}, (it + kb + 1) % STAGES);
         }
-        if (kb + 1 < kKBlocks) {
+        if (kb + 1 < count) {
           const int s = (it + kb + 1) % STAGES;
           issue(Const<1>{}, Const<kSteps>{}, s, 0, true);
-          if (kb + 2 < kKBlocks) wait_full(it + kb + 2);
+          if (kb + 2 < count) wait_full(it + kb + 2);
           wgmma_wait<1>();
           release((it + kb) % STAGES);
-          if (kb + 2 < kKBlocks) {
+          if (kb + 2 < count) {
             load_and_dequant(Const<0>{}, (it + kb + 2) % STAGES);
           } else if constexpr (kLookAhead) {
-            skip_idle(next_index, next);
-            look = next_index < tiles;
+            skip_idle(next_cursor, next);
+            look = !sched.done(next_cursor);
             if (look) {
-              wait_full(it + kKBlocks);
-              load_and_dequant(Const<0>{}, (it + kKBlocks) % STAGES);
+              wait_full(it + count);
+              load_and_dequant(Const<0>{}, (it + count) % STAGES);
             }
           }
         }
       }
     }
     wgmma_wait<0>();
-    release((it + kKBlocks - 1) % STAGES);
-    it += kKBlocks;
+    release((it + count - 1) % STAGES);
+    it += count;
 
-    // Epilogue: accumulator (weight row m, token c) -> shared [token][n] -> 16-byte row stores. Lane (g, t)
-    // holds, per 8-token step i, (m = 16*warp + g (+8), c = 8i + 2t (+1)): as BF16 pairs, the fragments of
-    // 8x8 matrices (rows m, columns c), which stmatrix.trans stores as [c][m], 16 bytes a token. Lane L
-    // addresses token 8i + L % 8 (+8 for matrices 2 and 3) at rows +8 for matrices 1 and 3.
-    {
-      const int quad = lane / 8, column = lane % 8;
-      bf16* const base = epilogue + column * Smem::kEpiloguePitch + 16 * warp + (quad & 1) * 8;
+    // Stream-K: a segment that is not the whole tile. One that starts past K block 0 stores its partial sums
+    // (this CTA's slot, the warpgroup's part; float4 q of slice j at [(j * kAccumulators / 4 + q) * 128 +
+    // thread]) and raises its flag; the one that starts at 0 (this CTA's last) adds the partials of the later
+    // CTAs that share the tile, in CTA order (deterministic), then stores the tile.
+    bool store_tile = true;
+    if constexpr (STREAM) {
+      constexpr int kQuads = Mma::kAccumulators / 4;
+      auto slot = [&](long long cta) {
+        return reinterpret_cast<float4*>(stream_ws.partials) + cta * (kBlockN * BM / 4) +
+               consumer * (SLICES * kQuads * 128);
+      };
+      if (sched.streaming() && seg.kb0 > 0) {
+        float4* mine = slot(blockIdx.x);
 #pragma unroll
-      for (int j = 0; j < SLICES; ++j) {
-        const float* a = acc[j];
+        for (int j = 0; j < SLICES; ++j) {
 #pragma unroll
-        for (int i = 0; i + 1 < BM / 8; i += 2) {
-          stmatrix_x4_trans(base + (8 * i + (quad >> 1) * 8) * Smem::kEpiloguePitch + j * kSliceRows,
-                            pack_bf16x2(a[4 * i], a[4 * i + 1]), pack_bf16x2(a[4 * i + 2], a[4 * i + 3]),
-                            pack_bf16x2(a[4 * i + 4], a[4 * i + 5]), pack_bf16x2(a[4 * i + 6], a[4 * i + 7]));
+          for (int q = 0; q < kQuads; ++q) {
+            __stcg(mine + (j * kQuads + q) * 128 + tid,
+                   make_float4(acc[j][4 * q], acc[j][4 * q + 1], acc[j][4 * q + 2], acc[j][4 * q + 3]));
+          }
         }
-        if constexpr (BM / 8 % 2 == 1) {  // the last 8 tokens: matrices 0 and 1 (lanes 16-31 ignored)
-          constexpr int i = BM / 8 - 1;
-          stmatrix_x2_trans(base + 8 * i * Smem::kEpiloguePitch + j * kSliceRows, pack_bf16x2(a[4 * i], a[4 * i + 1]),
-                            pack_bf16x2(a[4 * i + 2], a[4 * i + 3]));
+        __threadfence();
+        named_barrier(1 + consumer, 128);
+        if (tid == 0) flag_release(&stream_ws.flags[blockIdx.x * kMaxConsumers + consumer], 1);
+        store_tile = false;
+      } else if (sched.streaming() && seg.kb1 < kKBlocks) {
+        const long long tile_end = static_cast<long long>(seg.live + 1) * kKBlocks;
+        const long long last = stream_cta_of(tile_end - 1, sched.work, gridDim.x);
+        for (long long cta = blockIdx.x + 1; cta <= last; ++cta) {
+          if (stream_begin(cta, sched.work, gridDim.x) == stream_begin(cta + 1, sched.work, gridDim.x)) continue;
+          if (tid == 0) {
+            while (flag_acquire(&stream_ws.flags[cta * kMaxConsumers + consumer]) == 0) {
+            }
+          }
+          named_barrier(1 + consumer, 128);
+          const float4* theirs = slot(cta);
+#pragma unroll
+          for (int j = 0; j < SLICES; ++j) {
+#pragma unroll
+            for (int q = 0; q < kQuads; ++q) {
+              const float4 v = __ldcg(theirs + (j * kQuads + q) * 128 + tid);
+              acc[j][4 * q] += v.x;
+              acc[j][4 * q + 1] += v.y;
+              acc[j][4 * q + 2] += v.z;
+              acc[j][4 * q + 3] += v.w;
+            }
+          }
         }
       }
     }
-    named_barrier(1 + consumer, 128);
-    const int n0 = tile.n_block * kBlockN + consumer * SLICES * kSliceRows;
+
+    if (store_tile) {
+      // Epilogue: accumulator (weight row m, token c) -> shared [token][n] -> 16-byte row stores. Lane (g, t)
+      // holds, per 8-token step i, (m = 16*warp + g (+8), c = 8i + 2t (+1)): as BF16 pairs, the fragments of
+      // 8x8 matrices (rows m, columns c), which stmatrix.trans stores as [c][m], 16 bytes a token. Lane L
+      // addresses token 8i + L % 8 (+8 for matrices 2 and 3) at rows +8 for matrices 1 and 3.
+      {
+        const int quad = lane / 8, column = lane % 8;
+        bf16* const base = epilogue + column * Smem::kEpiloguePitch + 16 * warp + (quad & 1) * 8;
 #pragma unroll
-    for (int j = 0; j < kStores; ++j) {
-      const int v = tid + 128 * j;
-      if (v < BM * kVecPerRow) {
-        const int token = v / kVecPerRow, col = (v % kVecPerRow) * 8;
-        int row = tile.row0 + token;
-        bool write = row < tile.valid_end;
-        if constexpr (MODE == kContiguous) {
-          // token % 32 + 32 * (word) with the word a constant: 128 / kVecPerRow tokens a step divide 32.
-          static_assert(32 % (128 / kVecPerRow) == 0, "a store step's tokens stay in one mask word");
-          write = write && (tile.rows_of_expert[128 / kVecPerRow * j / 32] >> (token % 32) & 1u);
-        }
-        if constexpr (MODE == kIndexed) {
-          row = route[j];
-          write = row >= 0;
-        }
-        if (write) {
-          *reinterpret_cast<uint4*>(out + static_cast<long long>(row) * N + n0 + col) =
-              *reinterpret_cast<const uint4*>(epilogue + token * Smem::kEpiloguePitch + col);
+        for (int j = 0; j < SLICES; ++j) {
+          const float* a = acc[j];
+#pragma unroll
+          for (int i = 0; i + 1 < BM / 8; i += 2) {
+            stmatrix_x4_trans(base + (8 * i + (quad >> 1) * 8) * Smem::kEpiloguePitch + j * kSliceRows,
+                              pack_bf16x2(a[4 * i], a[4 * i + 1]), pack_bf16x2(a[4 * i + 2], a[4 * i + 3]),
+                              pack_bf16x2(a[4 * i + 4], a[4 * i + 5]), pack_bf16x2(a[4 * i + 6], a[4 * i + 7]));
+          }
+          if constexpr (BM / 8 % 2 == 1) {  // the last 8 tokens: matrices 0 and 1 (lanes 16-31 ignored)
+            constexpr int i = BM / 8 - 1;
+            stmatrix_x2_trans(base + 8 * i * Smem::kEpiloguePitch + j * kSliceRows, pack_bf16x2(a[4 * i], a[4 * i + 1]),
+                              pack_bf16x2(a[4 * i + 2], a[4 * i + 3]));
+          }
         }
       }
+      named_barrier(1 + consumer, 128);
+      const int n0 = tile.n_block * kBlockN + consumer * SLICES * kSliceRows;
+#pragma unroll
+      for (int j = 0; j < kStores; ++j) {
+        const int v = tid + 128 * j;
+        if (v < BM * kVecPerRow) {
+          const int token = v / kVecPerRow, col = (v % kVecPerRow) * 8;
+          int row = tile.row0 + token;
+          bool write = row < tile.valid_end;
+          if constexpr (MODE == kContiguous) {
+            // token % 32 + 32 * (word) with the word a constant: 128 / kVecPerRow tokens a step divide 32.
+            static_assert(32 % (128 / kVecPerRow) == 0, "a store step's tokens stay in one mask word");
+            write = write && (tile.rows_of_expert[128 / kVecPerRow * j / 32] >> (token % 32) & 1u);
+          }
+          if constexpr (MODE == kIndexed) {
+            row = route[j];
+            write = row >= 0;
+          }
+          if (write) {
+            *reinterpret_cast<uint4*>(out + static_cast<long long>(row) * N + n0 + col) =
+                *reinterpret_cast<const uint4*>(epilogue + token * Smem::kEpiloguePitch + col);
+          }
+        }
+      }
+      named_barrier(1 + consumer, 128);
     }
-    named_barrier(1 + consumer, 128);
-    if constexpr (!kLookAhead) skip_idle(next_index, next);
-    index = next_index;
+    if constexpr (!kLookAhead) skip_idle(next_cursor, next);
+    cursor = next_cursor;
     tile = next;
     ahead = look;
   }

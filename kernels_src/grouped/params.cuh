@@ -42,6 +42,32 @@ constexpr int kSmemAlign = 1024;  // the kernel aligns its dynamic shared memory
 enum : int { kRingBlock = 0, kRingStep = 1, kRingSingle = 2 };
 CHORD_HD constexpr bool valid_ring(int ring) { return ring >= kRingBlock && ring <= kRingSingle; }
 
+// The STREAM template argument (indexed mode, long K): stream-K. The live tiles' K blocks, numbered tile by
+// tile, are split into one equal range per CTA, so every SM finishes together whatever the routing's count
+// of blocks (a static schedule of whole tiles idles most SMs through a last partial wave). A tile cut between
+// CTAs is finished by the CTA that ran its first K block (the last segment of that CTA's range): it adds the
+// FP32 partials the later CTAs wrote first in theirs (each CTA writes at most one, its first segment), then
+// runs the epilogue. The live row blocks (expert id in range) are listed once per CTA in shared memory; a
+// routing with more than kMaxStreamBlocks of them (tens of waves: the last one costs little) is scheduled
+// statically by the same kernel.
+constexpr int kMaxStreamBlocks = 2048;
+// The kernel's view of the caller's workspace: flags [grid][kMaxConsumers] (zeroed before the launch; 1 once
+// that CTA's consumer warpgroup wrote its partial), then partials [grid][block_n * BM] FP32.
+struct StreamWorkspace {
+  int32_t* flags;
+  float* partials;
+};
+CHORD_HD constexpr int64_t stream_flags_bytes(int64_t grid) { return (grid * kMaxConsumers * 4 + 255) / 256 * 256; }
+CHORD_HD constexpr int64_t stream_workspace_bytes(int64_t grid, int64_t bm, int64_t block_n) {
+  return stream_flags_bytes(grid) + grid * bm * block_n * 4;
+}
+// CTA c's range of the `work` iterations is [stream_begin(c), stream_begin(c + 1)).
+CHORD_HD constexpr int64_t stream_begin(int64_t cta, int64_t work, int64_t grid) { return work * cta / grid; }
+// The CTA whose range holds iteration pos (the last one, where ranges are empty).
+CHORD_HD constexpr int64_t stream_cta_of(int64_t pos, int64_t work, int64_t grid) {
+  return ((pos + 1) * grid - 1) / work;
+}
+
 // The packed layout each mode reads, and its K block (a stage holds one).
 CHORD_HD constexpr w4a16::Layout layout_of_mode(int mode) {
   return mode == kMasked ? w4a16::Layout::kWgmmaK128 : w4a16::Layout::kWgmmaK64;
@@ -60,6 +86,9 @@ struct GemmSmemLayout {
   int epilogue_pitch;  // BF16 per token row (+16 bytes: banks)
   int epilogue_bytes, barrier_offset, prefix_offset;
 };
+// After the masked prefix table, stream-K's list of live row blocks (16-bit block ids) and the warps' counts
+// that build it.
+CHORD_HD constexpr int stream_list_bytes(bool stream) { return stream ? kMaxStreamBlocks * 2 + 32 * 4 : 0; }
 CHORD_HD constexpr GemmSmemLayout gemm_smem_layout(int bm, int slices, int block_k, int stages, int consumers) {
   GemmSmemLayout l{};
   l.act_chunk_bytes = bm * 128;
@@ -74,10 +103,17 @@ CHORD_HD constexpr GemmSmemLayout gemm_smem_layout(int bm, int slices, int block
   l.prefix_offset = l.barrier_offset + 2 * stages * 8;
   return l;
 }
-// What a launch of (mode, bm, slices, stages, experts, consumers) needs, the alignment slack included.
-CHORD_HD constexpr int gemm_smem_bytes(int mode, int bm, int slices, int stages, int experts, int consumers) {
+// The stream-K list's offset: after the prefix table, 16-byte aligned.
+CHORD_HD constexpr int stream_list_offset(const GemmSmemLayout& l, int experts) {
+  return (l.prefix_offset + (experts + 1) * 4 + 15) / 16 * 16;
+}
+// What a launch of (mode, bm, slices, stages, experts, consumers, stream) needs, the alignment slack included.
+CHORD_HD constexpr int gemm_smem_bytes(int mode, int bm, int slices, int stages, int experts, int consumers,
+                                       bool stream = false) {
   const GemmSmemLayout l = gemm_smem_layout(bm, slices, block_k_of_mode(mode), stages, consumers);
-  return l.prefix_offset + (experts + 1) * 4 + kSmemAlign;
+  const int end =
+      stream ? stream_list_offset(l, experts) + stream_list_bytes(true) : l.prefix_offset + (experts + 1) * 4;
+  return end + kSmemAlign;
 }
 
 // The layout as the kernel names it.

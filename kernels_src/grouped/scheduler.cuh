@@ -7,6 +7,10 @@
 //               of blocks per group, built once per CTA in shared memory, maps a tile to its group.
 //   indexed:    row block b is block b of vLLM's sorted routing (common/routing.cuh): expert_ids[b] names
 //               its expert, the device count of padded slots says how many blocks there are.
+// A CTA walks its work as segments (a tile and a range of its K blocks) from a cursor: statically, whole
+// tiles blockIdx.x + i * gridDim.x (tiles without work skipped by the caller); with stream-K (STREAM,
+// params.cuh), its equal range of the live tiles' K blocks, live tile l being column block l % N_BLOCKS of
+// the (l / N_BLOCKS)-th live row block.
 #pragma once
 
 #include "common/routing.cuh"
@@ -24,18 +28,59 @@ struct Tile {
   uint32_t rows_of_expert[kMaxBlockM / 32];
 };
 
-template <int MODE, int BM, int N_BLOCKS, int EXPERTS>
+// A position in a CTA's work: static, a tile index; stream-K, an iteration (live tile * K_BLOCKS + K block).
+struct Cursor {
+  long long pos;
+};
+struct Segment {
+  int index;     // the tile (Scheduler::tile's numbering)
+  int live;      // stream-K: the live tile (its iterations start at live * K_BLOCKS)
+  int kb0, kb1;  // K blocks [kb0, kb1) of it
+};
+
+template <int MODE, int BM, int N_BLOCKS, int EXPERTS, int K_BLOCKS, int STREAM>
 struct Scheduler {
   static constexpr int kMaxGroups = kMaxExperts;
   const int32_t* routing;  // m_indices [rows] or masked_m [EXPERTS]
   int rows;                // contiguous: m; masked: max_m
   int* block_prefix;       // masked: EXPERTS + 1 ints of shared memory
   IndexedRouting indexed;  // indexed only
+  uint16_t* live_list;     // stream-K: kMaxStreamBlocks block ids, then 32 ints of warp counts
   int indexed_blocks = 0;
+  int live_blocks = 0;          // stream-K: row blocks with an expert in range
+  bool stream = false;          // stream-K in use (the live blocks fit the list)
+  long long work = 0, end = 0;  // stream-K: live tiles * K_BLOCKS; the end of this CTA's range
 
-  // Masked: every thread of the CTA calls this once, before any tile is asked for.
+  // Every thread of the CTA calls this once, before any tile is asked for.
   __device__ void prepare(int thread, int threads) {
     if constexpr (MODE == kIndexed) indexed_blocks = routing_blocks<BM>(indexed);
+    if constexpr (MODE == kIndexed && STREAM) {
+      // The live blocks in order, compacted by ballots: a pass of `threads` blocks at a time.
+      int* counts = reinterpret_cast<int*>(live_list + kMaxStreamBlocks);
+      const int lane = thread % 32, warp = thread / 32, warps = threads / 32;
+      int base = 0;
+      for (int b0 = 0; b0 < indexed_blocks; b0 += threads) {
+        const int b = b0 + thread;
+        const int e = b < indexed_blocks ? indexed.expert_ids[b] : -1;
+        const bool live = e >= 0 && e < EXPERTS;
+        const uint32_t ballot = __ballot_sync(0xffffffffu, live);
+        if (lane == 0) counts[warp] = __popc(ballot);
+        __syncthreads();
+        int before = base, total = base;
+        for (int w = 0; w < warps; ++w) {
+          before += w < warp ? counts[w] : 0;
+          total += counts[w];
+        }
+        const int at = before + __popc(ballot & ((1u << lane) - 1u));
+        if (live && at < kMaxStreamBlocks) live_list[at] = static_cast<uint16_t>(b);
+        base = total;
+        __syncthreads();
+      }
+      live_blocks = base;
+      stream = live_blocks <= kMaxStreamBlocks && indexed_blocks <= 65536;  // 16-bit block ids
+      work = static_cast<long long>(live_blocks) * N_BLOCKS * K_BLOCKS;
+      end = stream_begin(blockIdx.x + 1, work, gridDim.x);
+    }
     if constexpr (MODE == kMasked) {
       // A short serial scan: EXPERTS <= 1024 counts, done once per CTA.
       if (thread == 0) {
@@ -59,6 +104,24 @@ struct Scheduler {
     } else {
       return (rows + BM - 1) / BM * N_BLOCKS;
     }
+  }
+
+  __device__ bool streaming() const { return STREAM && stream; }
+  __device__ Cursor first() const {
+    return {streaming() ? stream_begin(blockIdx.x, work, gridDim.x) : static_cast<long long>(blockIdx.x)};
+  }
+  __device__ bool done(Cursor c) const { return c.pos >= (streaming() ? end : static_cast<long long>(tiles())); }
+  __device__ Segment segment(Cursor c) const {
+    if (!streaming()) return {static_cast<int>(c.pos), static_cast<int>(c.pos), 0, K_BLOCKS};
+    const int live = static_cast<int>(c.pos / K_BLOCKS), kb0 = static_cast<int>(c.pos % K_BLOCKS);
+    const long long left = end - c.pos;
+    const int kb1 = left < K_BLOCKS - kb0 ? kb0 + static_cast<int>(left) : K_BLOCKS;
+    return {live_list[live / N_BLOCKS] * N_BLOCKS + live % N_BLOCKS, live, kb0, kb1};
+  }
+  __device__ Cursor after(Cursor c) const {
+    if (!streaming()) return {c.pos + gridDim.x};
+    const Segment s = segment(c);
+    return {c.pos + (s.kb1 - s.kb0)};
   }
 
   // Warp-collective (all 32 lanes): the same answer in every warp that asks.

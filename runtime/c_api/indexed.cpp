@@ -17,6 +17,10 @@ CHORD_API chord_status_t chord_indexed_block_m(int32_t layout, int32_t num_exper
   });
 }
 
+CHORD_API size_t chord_indexed_gemm_workspace_size(int32_t block_m, int32_t num_sms) {
+  return chordrt::ops::indexed_gemm_workspace_size(block_m, num_sms);
+}
+
 CHORD_API chord_status_t chord_indexed_gemm(const chord_indexed_args_t* args, CUstream stream) {
   return guarded(
       [&] { chordrt::ops::indexed_gemm(read_args(args, CHORD_INDEXED_ARGS_MIN_SIZE, "chord_indexed_gemm"), stream); });

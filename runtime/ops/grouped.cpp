@@ -52,8 +52,9 @@ void run_gemm(const char* op, GroupedMode mode, const void* a, int64_t rows, int
     tiles = ceil_div<int64_t>(rows, key.block_m) * (w.n / g::block_n(key.slices, key.consumers));
   }
   const auto grid = static_cast<uint32_t>(std::min<int64_t>(tiles, ctx.facts.sm_count));
-  const chord::IndexedRouting unused{};  // the kernel's indexed mode only
-  launch(ctx, kernel, {{grid, 1, 1}, stream}, map, w.packed, w.scale, routing, rows_param, unused, out);
+  const chord::IndexedRouting unused{};               // the kernel's indexed mode only
+  const chord::grouped::StreamWorkspace no_stream{};  // stream-K: the indexed mode only
+  launch(ctx, kernel, {{grid, 1, 1}, stream}, map, w.packed, w.scale, routing, rows_param, unused, out, no_stream);
 }
 
 }  // namespace
@@ -64,9 +65,9 @@ KernelProgram grouped_gemm_program(std::string_view family, const GroupedShape& 
   }
   KernelProgram p;
   p.header = "grouped/gemm.cuh";
-  p.name_expression = fmt::format("chord::grouped::grouped_gemm_kernel<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}>",
+  p.name_expression = fmt::format("chord::grouped::grouped_gemm_kernel<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>",
                                   static_cast<int>(s.mode), s.n, s.k, s.experts, c.block_m, c.slices,
-                                  heuristics::grouped_block_k(s.mode), c.stages, c.consumers, c.ring);
+                                  heuristics::grouped_block_k(s.mode), c.stages, c.consumers, c.ring, c.stream_k);
   p.threads = g::threads(c.consumers);
   p.dynamic_smem = static_cast<uint32_t>(heuristics::grouped_dynamic_smem(s, c));
   return p;

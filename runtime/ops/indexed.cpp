@@ -73,7 +73,8 @@ KernelProgram IndexedPrefillFamily::program(const IndexedPrefillKey& k) {
   if (const std::string why = heuristics::indexed_shape_error(s); !why.empty()) {
     throw_error(CHORD_ERROR_INVALID_ARGUMENT, "{}: {}", kName, why);
   }
-  return grouped_gemm_program(kName, gathering_shape(s), {k.block_m, k.slices, k.stages, k.consumers, k.ring});
+  return grouped_gemm_program(kName, gathering_shape(s),
+                              {k.block_m, k.slices, k.stages, k.consumers, k.ring, k.stream_k});
 }
 
 std::vector<IndexedPrefillKey> IndexedPrefillFamily::examples(const DeviceFacts& facts) {
@@ -106,8 +107,8 @@ std::vector<IndexedDecodeKey> IndexedDecodeFamily::examples(const DeviceFacts&) 
 }
 
 IndexedPrefillKey indexed_prefill_key(const IndexedShape& s, int block_m, int64_t routes, const DeviceFacts& facts,
-                                      std::string_view override_spec) {
-  const GroupedConfig selected = heuristics::select_indexed_prefill(s, block_m, routes, facts);
+                                      std::string_view override_spec, bool stream_k_workspace) {
+  const GroupedConfig selected = heuristics::select_indexed_prefill(s, block_m, routes, facts, stream_k_workspace);
   if (const std::string why = heuristics::grouped_config_error(gathering_shape(s), selected, facts); !why.empty()) {
     throw_error(CHORD_ERROR_INVALID_ARGUMENT, "indexed_gemm: block_m {} (layout WGMMA_K64): {}", block_m, why);
   }
@@ -116,9 +117,19 @@ IndexedPrefillKey indexed_prefill_key(const IndexedShape& s, int block_m, int64_
                      heuristics::apply_grouped_override, [&](const GroupedConfig& cfg) {
                        if (cfg.block_m != block_m)
                          return std::string("block_m is the routing's (the call's block_m), not a key here");
+                       if (cfg.stream_k != 0 && !stream_k_workspace)
+                         return std::string("stream_k 1 needs the call's workspace (chord_indexed_args_t.workspace)");
                        return heuristics::grouped_config_error(gathering_shape(s), cfg, facts);
                      });
-  return {static_cast<int>(s.n), static_cast<int>(s.k), s.experts, c.block_m, c.slices, c.stages, c.consumers, c.ring};
+  return {static_cast<int>(s.n),
+          static_cast<int>(s.k),
+          s.experts,
+          c.block_m,
+          c.slices,
+          c.stages,
+          c.consumers,
+          c.ring,
+          c.stream_k};
 }
 
 IndexedDecodeKey indexed_decode_key(const IndexedShape& s, int block_m) {
@@ -167,6 +178,8 @@ void indexed_gemm(const chord_indexed_args_t& a, CUstream stream) {
   require_range(a.sorted_token_ids_capacity, 0, INT32_MAX, op, "sorted_token_ids_capacity");
   require_range(a.expert_ids_capacity, 0, INT32_MAX, op, "expert_ids_capacity");
   require_range(a.validate, 0, 1, op, "validate");
+  require_range(a.workspace_bytes, 0, INT64_MAX, op, "workspace_bytes");
+  if (a.workspace) require_pointer(a.workspace, op, "workspace", 16);
   const int64_t routes = a.num_tokens * a.top_k;
   if (routes == 0) return;
   // A routing lists every route (moe_align pads, never drops) in whole blocks of block_m: buffers smaller
@@ -205,13 +218,32 @@ void indexed_gemm(const chord_indexed_args_t& a, CUstream stream) {
   }
   const ContextState& ctx = JitRuntime::global().context_for(stream);
   if (layout == W4a16Layout::kWgmmaK64) {
-    const IndexedPrefillKey key = indexed_prefill_key(s, a.block_m, routes, ctx.facts, env_config().indexed_override);
+    const IndexedPrefillKey key =
+        indexed_prefill_key(s, a.block_m, routes, ctx.facts, env_config().indexed_override, a.workspace != nullptr);
+    const int64_t block_n = chord::grouped::block_n(key.slices, key.consumers);
+    const int64_t tiles = capacity_blocks * (w.n / block_n);
+    const auto grid = static_cast<uint32_t>(std::min<int64_t>(tiles, ctx.facts.sm_count));
+    chord::grouped::StreamWorkspace stream_ws{};
+    if (key.stream_k) {
+      if (const int64_t need = chord::grouped::stream_workspace_bytes(grid, a.block_m, block_n);
+          a.workspace_bytes < need) {
+        throw_error(CHORD_ERROR_INVALID_ARGUMENT,
+                    "{}: workspace_bytes must be at least {} (stream-K over {} CTAs of {} x {} tiles; "
+                    "chord_indexed_gemm_workspace_size gives enough for any tile), got {}",
+                    op, need, grid, a.block_m, block_n, a.workspace_bytes);
+      }
+      auto* base = static_cast<uint8_t*>(a.workspace);
+      stream_ws = {reinterpret_cast<int32_t*>(base),
+                   reinterpret_cast<float*>(base + chord::grouped::stream_flags_bytes(grid))};
+      check_cuda(require_driver().cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(base), 0,
+                                                   static_cast<size_t>(grid) * chord::grouped::kMaxConsumers, stream),
+                 "cuMemsetD32Async (stream-K flags)");
+    }
     const LoadedKernel& kernel = IndexedPrefillFamily::kernel(key, ctx, stream);
     const chord::TensorMap unused_map{};  // the gathering mode loads activations itself
     const int32_t* no_rows = nullptr;
-    const int64_t tiles = capacity_blocks * (w.n / chord::grouped::block_n(key.slices, key.consumers));
-    const auto grid = static_cast<uint32_t>(std::min<int64_t>(tiles, ctx.facts.sm_count));
-    launch(ctx, kernel, {{grid, 1, 1}, stream}, unused_map, w.packed, w.scale, no_rows, int32_t{0}, routing, a.out);
+    launch(ctx, kernel, {{grid, 1, 1}, stream}, unused_map, w.packed, w.scale, no_rows, int32_t{0}, routing, a.out,
+           stream_ws);
   } else {
     const IndexedDecodeKey key = indexed_decode_key(s, a.block_m);
     const LoadedKernel& kernel = IndexedDecodeFamily::kernel(key, ctx, stream);
@@ -223,10 +255,19 @@ void indexed_gemm(const chord_indexed_args_t& a, CUstream stream) {
   }
 }
 
+size_t indexed_gemm_workspace_size(int32_t block_m, int32_t num_sms) {
+  if (block_m < chord::grouped::kMinBlockM || block_m > chord::grouped::kMaxBlockM || block_m % 8 != 0 || num_sms < 1 ||
+      num_sms > 1024) {
+    return 0;
+  }
+  constexpr int kWidest = chord::grouped::block_n(chord::grouped::kMaxSlices, chord::grouped::kMaxConsumers);
+  return static_cast<size_t>(chord::grouped::stream_workspace_bytes(num_sms, block_m, kWidest));
+}
+
 // EP or TP: both layouts' packers and GEMMs of both projections, the decode layout for 1..128 tokens per
 // GPU each routing top_k rows here at most (local routed rows 1..128 * top_k), the prefill layout for
-// 64..64K-token steps (tokens * top_k / EP rows here), plus moe_align at every block size the heuristic
-// picks for them.
+// 64..64K-token steps (tokens * top_k / EP rows here; calls with and without a stream-K workspace), plus
+// moe_align at every block size the heuristic picks for them.
 void plan_indexed(const ModelPlanInput& in, PlanBuilder& plan) {
   const MoeModelShape& m = in.model;
   const Deployment& dep = in.deployment;
@@ -256,7 +297,10 @@ void plan_indexed(const ModelPlanInput& in, PlanBuilder& plan) {
           const int64_t rows = std::max<int64_t>(1, tokens * m.top_k / dep.expert_parallel);
           const int bm = heuristics::select_indexed_block_m(s, rows, {}, in.facts);
           add_align(bm);
-          plan.add(IndexedPrefillFamily::descriptor(arch, indexed_prefill_key(s, bm, rows, in.facts)));
+          // Calls without and with a stream-K workspace (the same kernel where stream-K does not apply).
+          for (const bool workspace : {false, true}) {
+            plan.add(IndexedPrefillFamily::descriptor(arch, indexed_prefill_key(s, bm, rows, in.facts, {}, workspace)));
+          }
         }
       }
     }

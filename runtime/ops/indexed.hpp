@@ -15,13 +15,13 @@
 namespace chordrt::ops {
 
 // The grouped kernel in mode kIndexed (BLOCK_K 64): N, K, EXPERTS, BM (the routing's block_m), SLICES, STAGES,
-// CONSUMERS, RING.
+// CONSUMERS, RING, STREAM (stream-K over the call's workspace).
 struct IndexedPrefillKey {
-  int n, k, experts, block_m, slices, stages, consumers, ring;
+  int n, k, experts, block_m, slices, stages, consumers, ring, stream_k;
 };
 struct IndexedPrefillFamily : JitFamily<IndexedPrefillFamily, IndexedPrefillKey> {
   static constexpr std::string_view kName = "indexed.prefill";
-  static constexpr std::array<KeyField<IndexedPrefillKey>, 8> kFields{{
+  static constexpr std::array<KeyField<IndexedPrefillKey>, 9> kFields{{
       {"n", &IndexedPrefillKey::n, chord::grouped::block_n(1, chord::grouped::kMinConsumers), chord::w4a16::kMaxDim},
       {"k", &IndexedPrefillKey::k, chord::grouped::block_k_of_mode(chord::grouped::kIndexed), chord::w4a16::kMaxDim},
       {"experts", &IndexedPrefillKey::experts, 1, chord::indexed::kMaxExperts},
@@ -30,6 +30,7 @@ struct IndexedPrefillFamily : JitFamily<IndexedPrefillFamily, IndexedPrefillKey>
       {"stages", &IndexedPrefillKey::stages, chord::grouped::kMinStages, chord::grouped::kMaxStages},
       {"consumers", &IndexedPrefillKey::consumers, chord::grouped::kMinConsumers, chord::grouped::kMaxConsumers},
       {"ring", &IndexedPrefillKey::ring, 0, 2},
+      {"stream_k", &IndexedPrefillKey::stream_k, 0, 1},
   }};
   static KernelProgram program(const IndexedPrefillKey& k);
   static std::vector<IndexedPrefillKey> examples(const DeviceFacts& facts);
@@ -55,9 +56,11 @@ struct IndexedDecodeFamily : JitFamily<IndexedDecodeFamily, IndexedDecodeKey> {
 // The keys dispatch uses for a weight shape, the routing's block_m and the routes (tokens * top_k) on a
 // device (and what the planner prewarms, with no override). The shape's layout picks the family.
 // `override_spec` (CHORD_INDEXED_CONFIG) overrides the prefill kernel's slices, stages, consumers and
-// ring, checked like CHORD_GROUPED_CONFIG; block_m is the routing's and cannot be overridden.
+// ring and stream_k, checked like CHORD_GROUPED_CONFIG; block_m is the routing's and cannot be overridden.
+// `stream_k_workspace`: the call brings a stream-K workspace (stream_k 1 is not allowed without one).
 IndexedPrefillKey indexed_prefill_key(const heuristics::IndexedShape& s, int block_m, int64_t routes,
-                                      const DeviceFacts& facts, std::string_view override_spec = {});
+                                      const DeviceFacts& facts, std::string_view override_spec = {},
+                                      bool stream_k_workspace = false);
 IndexedDecodeKey indexed_decode_key(const heuristics::IndexedShape& s, int block_m);
 
 // The kernels of this family (its packers, and moe_align at the block sizes it picks) a model's
@@ -68,5 +71,8 @@ void plan_indexed(const ModelPlanInput& in, PlanBuilder& plan);
 int32_t indexed_block_m(int32_t layout, int32_t num_experts, int32_t n, int32_t k, int64_t routed_rows,
                         int32_t profile);
 void indexed_gemm(const chord_indexed_args_t& args, CUstream stream);
+// chord_indexed_gemm_workspace_size: the stream-K workspace of the widest tile (512 weight rows) on num_sms
+// CTAs; 0 when block_m (8..256, a multiple of 8) or num_sms (1..1024) is out of range.
+size_t indexed_gemm_workspace_size(int32_t block_m, int32_t num_sms);
 
 }  // namespace chordrt::ops

@@ -90,9 +90,16 @@ def garbage_tail(sorted_ids, expert_ids, npp, block_m, routes, experts, seed):
     etail.copy_(torch.randint(0, experts, etail.shape, generator=gen, device=DEV, dtype=torch.int32))
 
 
+def stream_k_workspace(block_m, garbage=0xFF):
+    """A stream-K workspace of the documented size, every byte `garbage` (the call must clear its flags)."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    return torch.full((chordrt.indexed_gemm_workspace_size(block_m, sms),), garbage, dtype=torch.uint8, device=DEV)
+
+
 def run(layout, n, k, experts, tokens, top_k, block_m=None, global_experts=None, seed=1, skew=0.0, one_expert=None,
-        extra_capacity=0, validate=False, label=None):
-    """One indexed call on poisoned output, checked against the reference; returns (out, call inputs)."""
+        extra_capacity=0, validate=False, label=None, stream_k=False):
+    """One indexed call on poisoned output, checked against the reference; returns (out, call inputs).
+    stream_k: the call brings a stream-K workspace full of garbage."""
     global_experts = global_experts or experts
     emap = None
     if global_experts != experts:
@@ -113,12 +120,14 @@ def run(layout, n, k, experts, tokens, top_k, block_m=None, global_experts=None,
     words, scale = source(n, k, experts)
     a = activations(tokens, k, seed + 100)
     out = nan_out(tokens * top_k, n)
-    res = chordrt.indexed_gemm(a, w, sorted_ids, expert_ids, npp, top_k, block_m, out=out, validate=validate)
+    workspace = stream_k_workspace(block_m) if stream_k else None
+    res = chordrt.indexed_gemm(a, w, sorted_ids, expert_ids, npp, top_k, block_m, out=out, validate=validate,
+                               workspace=workspace)
     assert res is out
     torch.cuda.synchronize()
     ref = reference(a, top_k, words, scale, local)
     check(out, ref, local >= 0, label or f"{layout.name} N={n} K={k} E={experts}/{global_experts} T={tokens} "
-          f"top_k={top_k} block_m={block_m} skew={skew}")
+          f"top_k={top_k} block_m={block_m} skew={skew} stream_k={stream_k}")
     return out, (a, w, sorted_ids, expert_ids, npp, top_k, block_m)
 
 
@@ -134,7 +143,9 @@ RING_CHILD = textwrap.dedent(
     for proj in ("gate_up", "down"):
         for shapes, tokens in ((t.KIMI_EP8, 1024), (t.KIMI_TP8, 256)):
             n, k, e = shapes[proj]
-            t.run(t.WGMMA, n, k, e, tokens, 8, block_m=32, global_experts=t.GLOBAL, seed=tokens + n)
+            for stream_k in (False, True):
+                t.run(t.WGMMA, n, k, e, tokens, 8, block_m=32, global_experts=t.GLOBAL, seed=tokens + n,
+                      stream_k=stream_k)
     print('{{"ok": true}}')
     """
 )
@@ -263,6 +274,97 @@ def test_graph_replay_follows_the_device_routing():
         torch.cuda.synchronize()
         local = local_experts_of_routes(topk_ids, None, e)
         check(out, reference(a, top_k, words, scale, local), local >= 0, f"graph replay seed={seed}")
+
+
+# ---- stream-K (the call's workspace) ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", [
+    # (N, K, local experts, global experts, tokens, top_k, block_m, skew): Kimi K2 EP8 and TP8 (many tiles, a
+    # few cut between CTAs); a small problem whose few tiles each span several CTAs (one finishes, the others
+    # write partials); a skewed routing; an expert map whose other GPUs' blocks the live list leaves out.
+    (4096, 7168, 48, GLOBAL, 1024, 8, 32, 0.0),
+    (7168, 2048, 48, GLOBAL, 1024, 8, 32, 0.0),
+    (512, 7168, 384, GLOBAL, 256, 8, 32, 0.0),
+    (256, 1024, 4, 4, 30, 2, 16, 0.0),
+    (512, 2048, 6, 6, 300, 3, 64, 1.5),
+    (256, 1024, 4, 16, 200, 4, 16, 0.0),
+])
+def test_stream_k_matches_the_reference(case):
+    n, k, e, g, tokens, top_k, bm, skew = case
+    run(WGMMA, n, k, e, tokens, top_k, block_m=bm, global_experts=g, skew=skew, seed=tokens + n, stream_k=True)
+
+
+def test_stream_k_with_garbage_tails_and_over_allocated_buffers():
+    run(WGMMA, 256, 1024, 6, 50, 2, block_m=16, extra_capacity=999, seed=8, stream_k=True)
+
+
+def test_stream_k_beyond_the_live_list_falls_back_to_whole_tiles():
+    # 4200 tokens x top-4 at block_m 8 on 8 experts: ~2100 live blocks, past the 2048 the list holds.
+    run(WGMMA, 256, 1024, 8, 4200, 4, block_m=8, seed=31, stream_k=True)
+
+
+def test_stream_k_is_deterministic_and_agrees_with_whole_tiles():
+    """Partials are added in CTA order: two calls are bitwise equal. Against the static schedule only the FP32
+    summation order of split tiles differs."""
+    out1, args = run(WGMMA, 4096, 7168, 48, 1024, 8, block_m=32, global_experts=GLOBAL, seed=19, stream_k=True)
+    a, w, sorted_ids, expert_ids, npp, top_k, bm = args
+    out2 = chordrt.indexed_gemm(a, w, sorted_ids, expert_ids, npp, top_k, bm, out=nan_out(*out1.shape),
+                                workspace=stream_k_workspace(bm, garbage=0x5A))
+    static = chordrt.indexed_gemm(a, w, sorted_ids, expert_ids, npp, top_k, bm, out=nan_out(*out1.shape))
+    torch.cuda.synchronize()
+    assert torch.equal(out1.view(torch.int16), out2.view(torch.int16))
+    written = ~torch.isnan(out1.float()).any(dim=1)
+    stats = mr.error_stats(torch, static.float()[written], out1.float()[written])
+    assert stats["rel_err"] < 1e-3 and stats["cosine"] > 0.999999, stats
+
+
+def test_stream_k_graph_replay_follows_the_device_routing():
+    n, k, e, top_k, bm, tokens = 512, 2048, 6, 2, 16, 200
+    w = packed(n, k, e, WGMMA)
+    words, scale = source(n, k, e)
+    cap = chordrt.moe_align_sorted_capacity(tokens, top_k, e, bm)
+    sorted_ids = torch.empty(cap, dtype=torch.int32, device=DEV)
+    expert_ids = torch.empty(-(-cap // bm), dtype=torch.int32, device=DEV)
+    npp = torch.empty(1, dtype=torch.int32, device=DEV)
+    topk_ids = routing(tokens, top_k, e, seed=23)
+    a = activations(tokens, k, 24)
+    out = nan_out(tokens * top_k, n)
+    workspace = stream_k_workspace(bm)
+    stream = torch.cuda.Stream()
+
+    def step():
+        chordrt.moe_align(topk_ids, e, bm, sorted_token_ids=sorted_ids, expert_ids=expert_ids, num_tokens_post_padded=npp)
+        chordrt.indexed_gemm(a, w, sorted_ids, expert_ids, npp, top_k, bm, out=out, workspace=workspace)
+
+    with torch.cuda.stream(stream):  # load the kernels before capture
+        step()
+    stream.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        step()
+    for seed in (25, 26):
+        topk_ids.copy_(routing(tokens, top_k, e, seed=seed, skew=1.0 if seed == 26 else 0.0))
+        a.copy_(activations(tokens, k, seed))
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        local = local_experts_of_routes(topk_ids, None, e)
+        check(out, reference(a, top_k, words, scale, local), local >= 0, f"stream-K graph replay seed={seed}")
+
+
+def test_stream_k_workspace_too_small_or_misaligned_is_rejected():
+    n, k, e, top_k, bm, tokens = 512, 2048, 6, 2, 16, 100
+    w = packed(n, k, e, WGMMA)
+    sorted_ids, expert_ids, npp = chordrt.moe_align(routing(tokens, top_k, e, seed=27), num_experts=e, block_size=bm)
+    a = activations(tokens, k, 28)
+    good = stream_k_workspace(bm)
+    with pytest.raises(chordrt.ChordError, match="workspace_bytes must be at least"):
+        chordrt.indexed_gemm(a, w, sorted_ids, expert_ids, npp, top_k, bm, workspace=good[:4096])
+    with pytest.raises(chordrt.ChordError, match="workspace"):
+        chordrt.indexed_gemm(a, w, sorted_ids, expert_ids, npp, top_k, bm, workspace=good[8:])
+    with pytest.raises(chordrt.ChordError, match="block_m"):
+        chordrt.indexed_gemm_workspace_size(12, 132)
 
 
 def test_deterministic_across_runs():

@@ -321,8 +321,19 @@ typedef struct chord_indexed_args {
                 routes in no live block are not written */
   /* Optional (may be left out of a smaller struct): */
   int32_t validate; /* 1: read the routing back and check it first (synchronizes; not while capturing) */
+  /* Stream-K scratch for layout WGMMA_K64 (ignored for MMA): with it every SM ends together whatever the
+   * routing's count of blocks (partial tiles are summed in FP32, in a fixed order: bitwise deterministic);
+   * without it (NULL) whole tiles are scheduled statically. >= chord_indexed_gemm_workspace_size(block_m,
+   * number of SMs) bytes, 16-byte aligned, contents any (the call clears what it needs on the stream);
+   * calls running at the same time need their own. */
+  void* workspace;
+  int64_t workspace_bytes;
 } chord_indexed_args_t;
 #define CHORD_INDEXED_ARGS_MIN_SIZE CHORD_ARGS_SIZE_UNTIL(chord_indexed_args_t, out)
+
+/* Bytes of chord_indexed_args_t's stream-K workspace for a routing of block_m (8..256, a multiple of 8) on a
+ * GPU of num_sms SMs (1..1024); 0 when either is out of range. */
+CHORD_API size_t chord_indexed_gemm_workspace_size(int32_t block_m, int32_t num_sms);
 
 /* One projection over vLLM's routing: gate_up with top_k = topk on [M, K], down with top_k = 1 on the
  * [M*topk, I] activations, then chord_moe_combine. Graph-capturable when validate = 0. */

@@ -47,7 +47,7 @@ from ._glue import (
 )
 from ._w4a16 import W4a16Layout, W4a16PackArgs, W4a16PackedWeight, W4a16Weight, w4a16_pack, w4a16_weight_sizes
 from ._grouped import GroupedContiguousArgs, GroupedMaskedArgs, grouped_contiguous, grouped_masked
-from ._indexed import IndexedArgs, IndexedProfile, indexed_block_m, indexed_gemm
+from ._indexed import IndexedArgs, IndexedProfile, indexed_block_m, indexed_gemm, indexed_gemm_workspace_size
 from ._warp_decode import WarpDecodeMoeArgs, WeightFormat, warp_decode_moe, warp_decode_moe_workspace_size
 from ._moe_decode_path import MoeDecodePath, MoeShape, moe_decode_path
 from ._sparse_mla import (
@@ -107,6 +107,7 @@ __all__ = [
     "grouped_masked",
     "indexed_block_m",
     "indexed_gemm",
+    "indexed_gemm_workspace_size",
     "moe_decode_path",
     "indexer_cache_page_bytes",
     "indexer_cache_write",

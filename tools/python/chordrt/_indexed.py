@@ -31,7 +31,8 @@ from ._core import (
 )
 from ._w4a16 import W4a16Layout, W4a16Weight, check_weight_buffers, weight_struct
 
-__all__ = ["IndexedProfile", "IndexedArgs", "indexed_block_m", "indexed_gemm", "indexed_gemm_raw"]
+__all__ = ["IndexedProfile", "IndexedArgs", "indexed_block_m", "indexed_gemm", "indexed_gemm_raw",
+           "indexed_gemm_workspace_size"]
 
 # ---- the C mirror -----------------------------------------------------------------------------------
 
@@ -63,6 +64,8 @@ class IndexedArgs(SizedStruct):
         ("num_tokens_post_padded", ctypes.c_void_p),  # const int32_t* [1]
         ("out", ctypes.c_void_p),  # BF16 [num_tokens*top_k, N]
         ("validate", ctypes.c_int32),  # optional
+        ("workspace", ctypes.c_void_p),  # optional: stream-K scratch (layout WGMMA_K64)
+        ("workspace_bytes", ctypes.c_int64),
     ]
 
 
@@ -73,6 +76,7 @@ prototype(
     [ctypes.c_int32] * 4 + [ctypes.c_int64, ctypes.c_int32, ctypes.POINTER(ctypes.c_int32)],
 )
 prototype("chord_indexed_gemm", STATUS_T, [ctypes.POINTER(IndexedArgs), STREAM_T])
+prototype("chord_indexed_gemm_workspace_size", ctypes.c_size_t, [ctypes.c_int32, ctypes.c_int32])
 
 _NEEDS = ("indexed_gemm needs a weight packed with layout WGMMA_K64 (prefill) or MMA (decode) "
           "(w4a16_pack(..., W4a16Layout.WGMMA_K64 or W4a16Layout.MMA))")
@@ -98,9 +102,20 @@ def indexed_block_m(layout, num_experts: int, n: int, k: int, routed_rows: int, 
     return int(out.value)
 
 
+def indexed_gemm_workspace_size(block_m: int, num_sms: int) -> int:
+    """chord_indexed_gemm_workspace_size(): bytes of the stream-K workspace for a routing of block_m on a GPU
+    of num_sms SMs (torch: torch.cuda.get_device_properties(d).multi_processor_count)."""
+    op = "indexed_gemm_workspace_size"
+    n = lib().chord_indexed_gemm_workspace_size(check_int(block_m, op, "block_m"), check_int(num_sms, op, "num_sms"))
+    if n == 0:
+        raise invalid(op, f"block_m must be a multiple of 8 in [8, 256] and num_sms in [1, 1024], got {block_m}, "
+                          f"{num_sms}")
+    return int(n)
+
+
 def indexed_gemm_raw(a, num_tokens, weight, sorted_token_ids, sorted_token_ids_capacity, expert_ids,
                      expert_ids_capacity, num_tokens_post_padded, top_k, block_m, out, stream=None, *,
-                     validate=False) -> None:
+                     validate=False, workspace=0, workspace_bytes=0) -> None:
     """chord_indexed_gemm() on raw device addresses (ints) and explicit sizes; stream a CUstream."""
     op = "indexed_gemm"
     w = weight_struct(weight, op)
@@ -117,12 +132,14 @@ def indexed_gemm_raw(a, num_tokens, weight, sorted_token_ids, sorted_token_ids_c
         num_tokens_post_padded=address(num_tokens_post_padded, op, "num_tokens_post_padded"),
         out=address(out, op, "out"),
         validate=flag(validate, op, "validate"),
+        workspace=address(workspace, op, "workspace") if workspace else None,
+        workspace_bytes=size(workspace_bytes, op, "workspace_bytes"),
     )
     check(lib().chord_indexed_gemm(ctypes.byref(args), raw_stream(stream)))
 
 
 def _indexed_gemm_torch(torch, a, weight, sorted_token_ids, expert_ids, num_tokens_post_padded, top_k, block_m, out,
-                        stream, validate, num_tokens, sorted_token_ids_capacity, expert_ids_capacity):
+                        stream, validate, num_tokens, sorted_token_ids_capacity, expert_ids_capacity, workspace):
     op = "indexed_gemm"
     w = weight_struct(weight, op)
     call = TorchCall(torch, op, stream)
@@ -143,16 +160,22 @@ def _indexed_gemm_torch(torch, a, weight, sorted_token_ids, expert_ids, num_toke
     if out is None:
         out = torch.empty((rows * top_k, w.n), dtype=torch.bfloat16, device=call.device)
     call.tensor(out, "out", torch.bfloat16, shape=(rows * top_k, w.n))
+    ws, ws_bytes = 0, 0
+    if workspace is not None:
+        call.tensor(workspace, "workspace", torch.uint8, ndim=1)
+        ws, ws_bytes = workspace.data_ptr(), workspace.numel()
     with call.guard():
         indexed_gemm_raw(a.data_ptr(), rows, w, sorted_token_ids.data_ptr(), sorted_token_ids.numel(),
                          expert_ids.data_ptr(), expert_ids.numel(), num_tokens_post_padded.data_ptr(), top_k,
-                         block_m, out.data_ptr(), call.stream(), validate=validate)
+                         block_m, out.data_ptr(), call.stream(), validate=validate, workspace=ws,
+                         workspace_bytes=ws_bytes)
     return out
 
 
 def indexed_gemm(a, weight, sorted_token_ids, expert_ids, num_tokens_post_padded, top_k: int, block_m: int,
                  out=None, stream=None, *, validate=False, num_tokens: Optional[int] = None,
-                 sorted_token_ids_capacity: Optional[int] = None, expert_ids_capacity: Optional[int] = None):
+                 sorted_token_ids_capacity: Optional[int] = None, expert_ids_capacity: Optional[int] = None,
+                 workspace=None, workspace_bytes: int = 0):
     """chord_indexed_gemm(): out[r] = a[r // top_k] @ W[e]^T for every route r of a block of expert e >= 0.
 
     weight: a W4a16PackedWeight of layout W4a16Layout.WGMMA_K64 (prefill / mixed steps, block_m
@@ -162,6 +185,9 @@ def indexed_gemm(a, weight, sorted_token_ids, expert_ids, num_tokens_post_padded
     device; out bf16 [M*top_k, N] (allocated with torch.empty when not given, and returned). gate_up:
     top_k = topk; down: a = the [M*topk, I] activations with top_k = 1. validate=True reads the routing
     back and raises on its first bad entry (synchronizes: not while capturing).
+    workspace: stream-K scratch for layout WGMMA_K64 (every SM ends together whatever the routing's block
+    count; deterministic): torch a uint8 [>= indexed_gemm_workspace_size(block_m, SMs)] tensor, raw an address
+    with workspace_bytes. Calls running at the same time need their own.
     Raw pointers: num_tokens and both capacities must be given; returns None.
     """
     op = "indexed_gemm"
@@ -172,7 +198,8 @@ def indexed_gemm(a, weight, sorted_token_ids, expert_ids, num_tokens_post_padded
     if torch is not None:
         return _indexed_gemm_torch(torch, a, weight, sorted_token_ids, expert_ids, num_tokens_post_padded, top_k,
                                    block_m, out, stream, validate, num_tokens, sorted_token_ids_capacity,
-                                   expert_ids_capacity)
+                                   expert_ids_capacity, workspace)
     indexed_gemm_raw(a, num_tokens, weight, sorted_token_ids, sorted_token_ids_capacity, expert_ids,
-                     expert_ids_capacity, num_tokens_post_padded, top_k, block_m, out, stream, validate=validate)
+                     expert_ids_capacity, num_tokens_post_padded, top_k, block_m, out, stream, validate=validate,
+                     workspace=workspace or 0, workspace_bytes=workspace_bytes)
     return None
