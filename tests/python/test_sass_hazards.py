@@ -103,13 +103,15 @@ def _small_descriptors():
     out.append(json.dumps({"family": "grouped.gemm", "arch": "sm_90a", "fields": fields}))
     # The gathering mode at K 256, with four consumer warpgroups (short and long K), the step ring's four
     # consumers of two slices (short K: the next tile's first step loaded under the last wgmmas), and the
-    # single ring's (long K, and short K where the next tile's first block is dequantized before the epilogue).
-    for n, k, e, bm, slices, stages, consumers, ring in [(7168, 256, 384, 96, 2, 7, 2, 0), (4096, 7168, 48, 40, 1, 8, 4, 0),
-                                                         (7168, 256, 384, 64, 1, 6, 4, 0), (4096, 7168, 48, 32, 2, 6, 4, 1),
-                                                         (7168, 256, 384, 24, 2, 6, 4, 1), (7168, 2048, 48, 64, 2, 6, 2, 1),
-                                                         (4096, 7168, 48, 40, 2, 4, 4, 2), (7168, 256, 384, 32, 2, 4, 4, 2)]:
+    # single ring's (long K, and short K where the next tile's first block is dequantized before the epilogue);
+    # stream-K (long K) on the block and single rings.
+    for n, k, e, bm, slices, stages, consumers, ring, stream_k in [
+            (7168, 256, 384, 96, 2, 7, 2, 0, 0), (4096, 7168, 48, 40, 1, 8, 4, 0, 0), (7168, 256, 384, 64, 1, 6, 4, 0, 0),
+            (4096, 7168, 48, 32, 2, 6, 4, 1, 0), (7168, 256, 384, 24, 2, 6, 4, 1, 0), (7168, 2048, 48, 64, 2, 6, 2, 1, 0),
+            (4096, 7168, 48, 40, 2, 4, 4, 2, 0), (7168, 256, 384, 32, 2, 4, 4, 2, 0), (4096, 7168, 48, 64, 2, 6, 2, 0, 1),
+            (7168, 2048, 48, 32, 2, 6, 4, 2, 1)]:
         fields = {"n": n, "k": k, "experts": e, "block_m": bm, "slices": slices, "stages": stages,
-                  "consumers": consumers, "ring": ring}
+                  "consumers": consumers, "ring": ring, "stream_k": stream_k}
         out.append(json.dumps({"family": "indexed.prefill", "arch": "sm_90a", "fields": fields}))
     return out
 
