@@ -434,10 +434,10 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
     release((it + count - 1) % STAGES);
     it += count;
 
-    // Stream-K: a segment that is not the whole tile. One that starts past K block 0 stores its partial sums
-    // (this CTA's slot, the warpgroup's part; float4 q of slice j at [(j * kAccumulators / 4 + q) * 128 +
-    // thread]) and raises its flag; the one that starts at 0 (this CTA's last) adds the partials of the later
-    // CTAs that share the tile, in CTA order (deterministic), then stores the tile.
+    // Stream-K: a segment that is not the whole tile. One that ends before the tile's last K block (this CTA's
+    // first) stores its partial sums (this CTA's slot, the warpgroup's part; float4 q of slice j at
+    // [(j * kAccumulators / 4 + q) * 128 + thread]) and raises its flag; the one that ends it (this CTA's last)
+    // adds the partials of the earlier CTAs that share the tile, in CTA order (deterministic), then stores it.
     bool store_tile = true;
     if constexpr (STREAM) {
       constexpr int kQuads = Mma::kAccumulators / 4;
@@ -445,7 +445,7 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
         return reinterpret_cast<float4*>(stream_ws.partials) + cta * (kBlockN * BM / 4) +
                consumer * (SLICES * kQuads * 128);
       };
-      if (sched.streaming() && seg.kb0 > 0) {
+      if (sched.streaming() && seg.kb1 < kKBlocks) {
         float4* mine = slot(blockIdx.x);
 #pragma unroll
         for (int j = 0; j < SLICES; ++j) {
@@ -459,10 +459,9 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
         named_barrier(1 + consumer, 128);
         if (tid == 0) flag_release(&stream_ws.flags[blockIdx.x * kMaxConsumers + consumer], 1);
         store_tile = false;
-      } else if (sched.streaming() && seg.kb1 < kKBlocks) {
-        const long long tile_end = static_cast<long long>(seg.live + 1) * kKBlocks;
-        const long long last = stream_cta_of(tile_end - 1, sched.work, gridDim.x);
-        for (long long cta = blockIdx.x + 1; cta <= last; ++cta) {
+      } else if (sched.streaming() && seg.kb0 > 0) {
+        const long long first = stream_cta_of(static_cast<long long>(seg.live) * kKBlocks, sched.work, gridDim.x);
+        for (long long cta = first; cta < blockIdx.x; ++cta) {
           if (stream_begin(cta, sched.work, gridDim.x) == stream_begin(cta + 1, sched.work, gridDim.x)) continue;
           if (tid == 0) {
             while (flag_acquire(&stream_ws.flags[cta * kMaxConsumers + consumer]) == 0) {

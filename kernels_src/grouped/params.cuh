@@ -44,12 +44,14 @@ CHORD_HD constexpr bool valid_ring(int ring) { return ring >= kRingBlock && ring
 
 // The STREAM template argument (indexed mode, long K): stream-K. The live tiles' K blocks, numbered tile by
 // tile, are split into one equal range per CTA, so every SM finishes together whatever the routing's count
-// of blocks (a static schedule of whole tiles idles most SMs through a last partial wave). A tile cut between
-// CTAs is finished by the CTA that ran its first K block (the last segment of that CTA's range): it adds the
-// FP32 partials the later CTAs wrote first in theirs (each CTA writes at most one, its first segment), then
-// runs the epilogue. The live row blocks (expert id in range) are listed once per CTA in shared memory; a
-// routing with more than kMaxStreamBlocks of them (tens of waves: the last one costs little) is scheduled
-// statically by the same kernel.
+// of blocks (a static schedule of whole tiles idles most SMs through a last partial wave). A CTA walks its
+// range backwards, so the head of a tile that later CTAs finish (the end of its range) is its first segment:
+// it writes that partial (one per CTA at most) before anything else. A tile cut between CTAs is finished by
+// the CTA holding its last K block (the start of that CTA's range, walked last): it adds the FP32 partials of
+// the earlier CTAs that share the tile, in CTA order, then runs the epilogue. Waiting only on lower CTA
+// indices, dispatched first, keeps progress guaranteed when not every CTA is resident at once. The live row blocks
+// (expert id in range) are listed once per CTA in shared memory; a routing with more than kMaxStreamBlocks of them
+// (tens of waves: the last one costs little) is scheduled statically by the same kernel.
 constexpr int kMaxStreamBlocks = 2048;
 // The kernel's view of the caller's workspace: flags [grid][kMaxConsumers] (zeroed before the launch; 1 once
 // that CTA's consumer warpgroup wrote its partial), then partials [grid][block_n * BM] FP32.

@@ -9,8 +9,9 @@
 //               its expert, the device count of padded slots says how many blocks there are.
 // A CTA walks its work as segments (a tile and a range of its K blocks) from a cursor: statically, whole
 // tiles blockIdx.x + i * gridDim.x (tiles without work skipped by the caller); with stream-K (STREAM,
-// params.cuh), its equal range of the live tiles' K blocks, live tile l being column block l % N_BLOCKS of
-// the (l / N_BLOCKS)-th live row block.
+// params.cuh), its equal range of the live tiles' K blocks, walked from its end back to its start (a range
+// ends in the head of a tile the next CTAs finish: that part first, so its partial is ready early), live
+// tile l being column block l % N_BLOCKS of the (l / N_BLOCKS)-th live row block.
 #pragma once
 
 #include "common/routing.cuh"
@@ -28,7 +29,8 @@ struct Tile {
   uint32_t rows_of_expert[kMaxBlockM / 32];
 };
 
-// A position in a CTA's work: static, a tile index; stream-K, an iteration (live tile * K_BLOCKS + K block).
+// A position in a CTA's work: static, a tile index; stream-K, the end of the next segment (an iteration
+// live tile * K_BLOCKS + K block, exclusive).
 struct Cursor {
   long long pos;
 };
@@ -47,9 +49,9 @@ struct Scheduler {
   IndexedRouting indexed;  // indexed only
   uint16_t* live_list;     // stream-K: kMaxStreamBlocks block ids, then 32 ints of warp counts
   int indexed_blocks = 0;
-  int live_blocks = 0;          // stream-K: row blocks with an expert in range
-  bool stream = false;          // stream-K in use (the live blocks fit the list)
-  long long work = 0, end = 0;  // stream-K: live tiles * K_BLOCKS; the end of this CTA's range
+  int live_blocks = 0;                     // stream-K: row blocks with an expert in range
+  bool stream = false;                     // stream-K in use (the live blocks fit the list)
+  long long work = 0, begin = 0, end = 0;  // stream-K: live tiles * K_BLOCKS; this CTA's range
 
   // Every thread of the CTA calls this once, before any tile is asked for.
   __device__ void prepare(int thread, int threads) {
@@ -79,6 +81,7 @@ struct Scheduler {
       live_blocks = base;
       stream = live_blocks <= kMaxStreamBlocks && indexed_blocks <= 65536;  // 16-bit block ids
       work = static_cast<long long>(live_blocks) * N_BLOCKS * K_BLOCKS;
+      begin = stream_begin(blockIdx.x, work, gridDim.x);
       end = stream_begin(blockIdx.x + 1, work, gridDim.x);
     }
     if constexpr (MODE == kMasked) {
@@ -107,21 +110,22 @@ struct Scheduler {
   }
 
   __device__ bool streaming() const { return STREAM && stream; }
-  __device__ Cursor first() const {
-    return {streaming() ? stream_begin(blockIdx.x, work, gridDim.x) : static_cast<long long>(blockIdx.x)};
+  __device__ Cursor first() const { return {streaming() ? end : static_cast<long long>(blockIdx.x)}; }
+  __device__ bool done(Cursor c) const {
+    return streaming() ? c.pos <= begin : c.pos >= static_cast<long long>(tiles());
   }
-  __device__ bool done(Cursor c) const { return c.pos >= (streaming() ? end : static_cast<long long>(tiles())); }
   __device__ Segment segment(Cursor c) const {
     if (!streaming()) return {static_cast<int>(c.pos), static_cast<int>(c.pos), 0, K_BLOCKS};
-    const int live = static_cast<int>(c.pos / K_BLOCKS), kb0 = static_cast<int>(c.pos % K_BLOCKS);
-    const long long left = end - c.pos;
-    const int kb1 = left < K_BLOCKS - kb0 ? kb0 + static_cast<int>(left) : K_BLOCKS;
+    const int live = static_cast<int>((c.pos - 1) / K_BLOCKS);
+    const long long tile_begin = static_cast<long long>(live) * K_BLOCKS;
+    const int kb1 = static_cast<int>(c.pos - tile_begin);
+    const int kb0 = begin > tile_begin ? static_cast<int>(begin - tile_begin) : 0;
     return {live_list[live / N_BLOCKS] * N_BLOCKS + live % N_BLOCKS, live, kb0, kb1};
   }
   __device__ Cursor after(Cursor c) const {
     if (!streaming()) return {c.pos + gridDim.x};
     const Segment s = segment(c);
-    return {c.pos + (s.kb1 - s.kb0)};
+    return {c.pos - (s.kb1 - s.kb0)};
   }
 
   // Warp-collective (all 32 lanes): the same answer in every warp that asks.
