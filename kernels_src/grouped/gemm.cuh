@@ -119,7 +119,7 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
       const int ptid = threadIdx.x, col = ptid % 8, row0 = ptid / 8;
       const int dst0 = row0 * 128 + ((col ^ (row0 & 7)) << 4);
       int it = 0;
-      for (Cursor c = sched.first(); !sched.done(c); c = sched.after(c)) {
+      for (auto c = sched.first(); !sched.done(c); c = sched.after(c)) {
         const Segment seg = sched.segment(c);
         const Tile t = sched.tile(seg.index);
         if (t.expert < 0) continue;
@@ -154,7 +154,7 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
     }
     if (threadIdx.x >= 32) return;
     int it = 0;
-    for (Cursor c = sched.first(); !sched.done(c); c = sched.after(c)) {
+    for (auto c = sched.first(); !sched.done(c); c = sched.after(c)) {
       const Segment seg = sched.segment(c);
       const Tile t = sched.tile(seg.index);
       if (t.expert < 0) continue;
@@ -298,13 +298,13 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
   };
 
   // Segments in the producer's order, those without work (expert < 0) skipped.
-  auto tile_at = [&](Cursor c) {
+  auto tile_at = [&](typename Sched::Cursor c) {
     Tile t{};
     t.expert = -1;
     if (!sched.done(c)) t = sched.tile(sched.segment(c).index);
     return t;
   };
-  auto skip_idle = [&](Cursor& c, Tile& t) {
+  auto skip_idle = [&](typename Sched::Cursor& c, Tile& t) {
     while (!sched.done(c) && t.expert < 0) {
       c = sched.after(c);
       t = tile_at(c);
@@ -312,7 +312,7 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
   };
   constexpr int kVecPerRow = SLICES * kSliceRows / 8;
   constexpr int kStores = (BM * kVecPerRow + 127) / 128;  // 16-byte output stores per thread and tile
-  Cursor cursor = sched.first();
+  auto cursor = sched.first();
   Tile tile = tile_at(cursor);
   skip_idle(cursor, tile);
   bool ahead = false;  // frag[0] already holds this tile's first K block
@@ -321,7 +321,7 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
     const int count = STREAM ? seg.kb1 - seg.kb0 : kKBlocks;  // K blocks of this segment
     // Loads whose results are needed only at the end of the tile, issued now so the main loop hides them:
     // the next tile (its expert id) and, indexed, the output rows this thread stores.
-    Cursor next_cursor = sched.after(cursor);
+    auto next_cursor = sched.after(cursor);
     Tile next = tile_at(next_cursor);
     int route[kStores];
     if constexpr (MODE == kIndexed) {

@@ -30,9 +30,14 @@ struct Tile {
 };
 
 // A position in a CTA's work: static, a tile index; stream-K, the end of the next segment (an iteration
-// live tile * K_BLOCKS + K block, exclusive).
-struct Cursor {
+// live tile * K_BLOCKS + K block, exclusive). Positions of a static-only kernel stay 32-bit.
+template <bool STREAM>
+struct CursorOf {
   long long pos;
+};
+template <>
+struct CursorOf<false> {
+  int pos;
 };
 struct Segment {
   int index;     // the tile (Scheduler::tile's numbering)
@@ -43,6 +48,7 @@ struct Segment {
 template <int MODE, int BM, int N_BLOCKS, int EXPERTS, int K_BLOCKS, int STREAM>
 struct Scheduler {
   static constexpr int kMaxGroups = kMaxExperts;
+  using Cursor = CursorOf<STREAM != 0>;
   const int32_t* routing;  // m_indices [rows] or masked_m [EXPERTS]
   int rows;                // contiguous: m; masked: max_m
   int* block_prefix;       // masked: EXPERTS + 1 ints of shared memory
@@ -110,10 +116,11 @@ struct Scheduler {
   }
 
   __device__ bool streaming() const { return STREAM && stream; }
-  __device__ Cursor first() const { return {streaming() ? end : static_cast<long long>(blockIdx.x)}; }
-  __device__ bool done(Cursor c) const {
-    return streaming() ? c.pos <= begin : c.pos >= static_cast<long long>(tiles());
+  __device__ Cursor first() const {
+    if (!streaming()) return {static_cast<int>(blockIdx.x)};
+    return {end};
   }
+  __device__ bool done(Cursor c) const { return streaming() ? c.pos <= begin : c.pos >= tiles(); }
   __device__ Segment segment(Cursor c) const {
     if (!streaming()) return {static_cast<int>(c.pos), static_cast<int>(c.pos), 0, K_BLOCKS};
     const int live = static_cast<int>((c.pos - 1) / K_BLOCKS);
@@ -123,7 +130,7 @@ struct Scheduler {
     return {live_list[live / N_BLOCKS] * N_BLOCKS + live % N_BLOCKS, live, kb0, kb1};
   }
   __device__ Cursor after(Cursor c) const {
-    if (!streaming()) return {c.pos + gridDim.x};
+    if (!streaming()) return {static_cast<decltype(c.pos)>(c.pos + static_cast<int>(gridDim.x))};
     const Segment s = segment(c);
     return {c.pos - (s.kb1 - s.kb0)};
   }
