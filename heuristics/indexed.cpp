@@ -93,8 +93,8 @@ int select_indexed_block_m(const IndexedShape& s, int64_t routed_rows, IndexedPr
   return best;
 }
 
-GroupedConfig select_indexed_prefill(const IndexedShape& s, int block_m, int64_t routed_rows, const DeviceFacts& facts,
-                                     bool stream_k_workspace) {
+GroupedConfig select_indexed_prefill(const IndexedShape& s, int block_m, int64_t routed_rows,
+                                     const DeviceFacts& facts) {
   const GroupedShape g{GroupedMode::kIndexed, s.n, s.k, s.experts};
   // 256-row tiles and wider while they still give every SM one. On short-K tiles four consumer warpgroups,
   // which halves each consumer's share of the per-tile dequant and epilogue: of two slices where the k16
@@ -119,10 +119,10 @@ GroupedConfig select_indexed_prefill(const IndexedShape& s, int block_m, int64_t
       break;
     }
   }
-  // Stream-K wherever it is allowed (long K): a static schedule of whole tiles idles SMs through the last
-  // partial wave, and the live tiles change with each routing (H100, EP8 gate_up 1024 tokens: 25% of SM
-  // cycles idle, bench/NOTES.md "Why it missed").
-  c.stream_k = stream_k_workspace && !short_tiles ? 1 : 0;
+  // stream_k stays 0, an experiment (CHORD_INDEXED_CONFIG=stream_k=1 with a workspace): it ends the last wave's
+  // idle SMs (97% active against 75%), but each CTA's contiguous range spreads a row block's column tiles
+  // over the whole run, so its activations come from DRAM again and again: +7-13% on long K (H100,
+  // bench/NOTES.md "Stream-K v1").
   c.stages = grouped_deepest_ring(g, c, facts);
   return c;
 }

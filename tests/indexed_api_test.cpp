@@ -245,15 +245,17 @@ TEST_CASE("stream-K ranges cover every tile's K blocks once, and a cut tile is f
   CHECK(chord_indexed_gemm_workspace_size(264, 132) == 0);
 }
 
-TEST_CASE("stream-K is chosen on long K when the call brings a workspace, and only there", "[indexed][stream_k]") {
+TEST_CASE("stream-K is allowed on long K when the call brings a workspace, and only there", "[indexed][stream_k]") {
   const IndexedShape ep_up{W4a16Layout::kWgmmaK64, 4096, 7168, 48};
   const IndexedShape tp_down{W4a16Layout::kWgmmaK64, 7168, 256, 384};
+  // Measured slower than whole tiles (bench/NOTES.md "Stream-K v1"): the heuristics leave it off; an
+  // experiment turns it on.
   CHECK(chordrt::ops::indexed_prefill_key(ep_up, 32, 1024, kHopperFacts).stream_k == 0);
-  const auto with = chordrt::ops::indexed_prefill_key(ep_up, 32, 1024, kHopperFacts, {}, true);
+  CHECK(chordrt::ops::indexed_prefill_key(ep_up, 32, 1024, kHopperFacts, {}, true).stream_k == 0);
+  const auto with = chordrt::ops::indexed_prefill_key(ep_up, 32, 1024, kHopperFacts, "stream_k=1", true);
   CHECK(with.stream_k == 1);
   CHECK_NOTHROW(IndexedPrefillFamily::family().program(IndexedPrefillFamily::descriptor(kHopper, with)));
   // Short K keeps its look-ahead loop and whole tiles.
-  CHECK(chordrt::ops::indexed_prefill_key(tp_down, 32, 8192, kHopperFacts, {}, true).stream_k == 0);
   CHECK_THROWS_WITH(chordrt::ops::indexed_prefill_key(tp_down, 32, 8192, kHopperFacts, "stream_k=1", true),
                     Contains("stream_k 1 needs the indexed mode and more than 8 K blocks"));
   CHECK_THROWS_WITH(chordrt::ops::indexed_prefill_key(ep_up, 32, 1024, kHopperFacts, "stream_k=1"),
