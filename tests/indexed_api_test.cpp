@@ -236,6 +236,26 @@ TEST_CASE("stream-K ranges cover every tile's K blocks once, and a cut tile is f
       }
     }
   }
+  // Whole tiles before the stream-K wave: whole waves but the last full one, so the wave holds between one
+  // and two tiles a CTA (fewer tiles than CTAs: all of them; exact waves: none).
+  for (const int64_t grid : {1, 7, 132}) {
+    for (int64_t tiles = 1; tiles <= 5 * grid + 3; ++tiles) {
+      const int64_t whole = g::stream_whole_tiles(tiles, grid);
+      INFO("grid " << grid << " tiles " << tiles);
+      CHECK(whole % grid == 0);
+      CHECK(whole <= tiles);
+      if (tiles % grid == 0) {
+        CHECK(whole == tiles);
+      } else if (tiles < grid) {
+        CHECK(whole == 0);
+      } else {
+        CHECK(tiles - whole > grid);
+        CHECK(tiles - whole < 2 * grid);
+      }
+    }
+  }
+  CHECK(g::stream_whole_tiles(400, 132) == 264);  // EP8 gate_up 1024 tokens at 50 row blocks: 136 in the wave
+  CHECK(g::stream_whole_tiles(392, 132) == 132);  // 49 row blocks: 260 in the wave
   // The workspace: flags for kMaxConsumers warpgroups a CTA, 256-aligned, then one FP32 tile a CTA.
   CHECK(g::stream_flags_bytes(132) == 2304);
   CHECK(g::stream_workspace_bytes(132, 32, 512) == 2304 + 132LL * 32 * 512 * 4);

@@ -460,7 +460,8 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
         if (tid == 0) flag_release(&stream_ws.flags[blockIdx.x * kMaxConsumers + consumer], 1);
         store_tile = false;
       } else if (sched.streaming() && seg.kb0 > 0) {
-        const long long first = stream_cta_of(static_cast<long long>(seg.live) * kKBlocks, sched.work, gridDim.x);
+        const long long first =
+            stream_cta_of(static_cast<long long>(seg.live) * kKBlocks - sched.wave_begin, sched.work, gridDim.x);
         for (long long cta = first; cta < blockIdx.x; ++cta) {
           if (stream_begin(cta, sched.work, gridDim.x) == stream_begin(cta + 1, sched.work, gridDim.x)) continue;
           if (tid == 0) {

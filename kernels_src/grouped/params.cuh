@@ -42,16 +42,19 @@ constexpr int kSmemAlign = 1024;  // the kernel aligns its dynamic shared memory
 enum : int { kRingBlock = 0, kRingStep = 1, kRingSingle = 2 };
 CHORD_HD constexpr bool valid_ring(int ring) { return ring >= kRingBlock && ring <= kRingSingle; }
 
-// The STREAM template argument (indexed mode, long K): stream-K. The live tiles' K blocks, numbered tile by
-// tile, are split into one equal range per CTA, so every SM finishes together whatever the routing's count
-// of blocks (a static schedule of whole tiles idles most SMs through a last partial wave). A CTA walks its
-// range backwards, so the head of a tile that later CTAs finish (the end of its range) is its first segment:
-// it writes that partial (one per CTA at most) before anything else. A tile cut between CTAs is finished by
-// the CTA holding its last K block (the start of that CTA's range, walked last): it adds the FP32 partials of
-// the earlier CTAs that share the tile, in CTA order, then runs the epilogue. Waiting only on lower CTA
-// indices, dispatched first, keeps progress guaranteed when not every CTA is resident at once. The live row blocks
-// (expert id in range) are listed once per CTA in shared memory; a routing with more than kMaxStreamBlocks of them
-// (tens of waves: the last one costs little) is scheduled statically by the same kernel.
+// The STREAM template argument (indexed mode, long K): data-parallel waves, then one stream-K wave. Whole
+// tiles in the static order (tile i + grid * j) for all waves but the last one or two, so a row block's
+// column tiles are in flight together and its activations come from L2 after the first read (contiguous
+// ranges over all tiles broke that: bench/NOTES.md "Stream-K v1"); the remaining grid + (tiles mod grid)
+// tiles' K blocks, numbered tile by tile, are split into one equal range per CTA, so every SM finishes
+// together whatever the routing's count of blocks (whole tiles idle most SMs through a last partial wave). A CTA walks
+// its range backwards, so the head of a tile that later CTAs finish (the end of its range) is its first segment: it
+// writes that partial (one per CTA at most) before anything else. A tile cut between CTAs is finished by the CTA
+// holding its last K block (the start of that CTA's range, walked last): it adds the FP32 partials of the earlier CTAs
+// that share the tile, in CTA order, then runs the epilogue. Waiting only on lower CTA indices, dispatched first, keeps
+// progress guaranteed when not every CTA is resident at once. The live row blocks (expert id in range) are listed once
+// per CTA in shared memory; a routing with more than kMaxStreamBlocks of them (tens of waves: the last one costs
+// little) is scheduled statically by the same kernel.
 constexpr int kMaxStreamBlocks = 2048;
 // The kernel's view of the caller's workspace: flags [grid][kMaxConsumers] (zeroed before the launch; 1 once
 // that CTA's consumer warpgroup wrote its partial), then partials [grid][block_n * BM] FP32.
@@ -63,7 +66,12 @@ CHORD_HD constexpr int64_t stream_flags_bytes(int64_t grid) { return (grid * kMa
 CHORD_HD constexpr int64_t stream_workspace_bytes(int64_t grid, int64_t bm, int64_t block_n) {
   return stream_flags_bytes(grid) + grid * bm * block_n * 4;
 }
-// CTA c's range of the `work` iterations is [stream_begin(c), stream_begin(c + 1)).
+// Tiles run whole before the stream-K wave: none when there are fewer than the grid, all when they make
+// whole waves, else all waves but the last full one (the stream-K wave then holds 1-2 tiles a CTA).
+CHORD_HD constexpr int64_t stream_whole_tiles(int64_t tiles, int64_t grid) {
+  return tiles % grid == 0 ? tiles : (tiles / grid >= 1 ? (tiles / grid - 1) * grid : 0);
+}
+// CTA c's range of the stream-K wave's `work` iterations is [stream_begin(c), stream_begin(c + 1)).
 CHORD_HD constexpr int64_t stream_begin(int64_t cta, int64_t work, int64_t grid) { return work * cta / grid; }
 // The CTA whose range holds iteration pos (the last one, where ranges are empty).
 CHORD_HD constexpr int64_t stream_cta_of(int64_t pos, int64_t work, int64_t grid) {

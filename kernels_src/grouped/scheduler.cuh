@@ -9,9 +9,10 @@
 //               its expert, the device count of padded slots says how many blocks there are.
 // A CTA walks its work as segments (a tile and a range of its K blocks) from a cursor: statically, whole
 // tiles blockIdx.x + i * gridDim.x (tiles without work skipped by the caller); with stream-K (STREAM,
-// params.cuh), its equal range of the live tiles' K blocks, walked from its end back to its start (a range
-// ends in the head of a tile the next CTAs finish: that part first, so its partial is ready early), live
-// tile l being column block l % N_BLOCKS of the (l / N_BLOCKS)-th live row block.
+// params.cuh), the whole live tiles of its data-parallel waves the same way, then its equal range of the
+// stream-K wave's K blocks, walked from its end back to its start (a range ends in the head of a tile the
+// next CTAs finish: that part first, so its partial is ready early), live tile l being column block
+// l % N_BLOCKS of the (l / N_BLOCKS)-th live row block.
 #pragma once
 
 #include "common/routing.cuh"
@@ -29,11 +30,12 @@ struct Tile {
   uint32_t rows_of_expert[kMaxBlockM / 32];
 };
 
-// A position in a CTA's work: static, a tile index; stream-K, the end of the next segment (an iteration
-// live tile * K_BLOCKS + K block, exclusive). Positions of a static-only kernel stay 32-bit.
+// A position in a CTA's work: a tile index; in the stream-K wave (`wave`), the end of the next segment (an
+// iteration live tile * K_BLOCKS + K block, exclusive). Positions of a static-only kernel stay 32-bit.
 template <bool STREAM>
 struct CursorOf {
   long long pos;
+  bool wave;
 };
 template <>
 struct CursorOf<false> {
@@ -55,9 +57,11 @@ struct Scheduler {
   IndexedRouting indexed;  // indexed only
   uint16_t* live_list;     // stream-K: kMaxStreamBlocks block ids, then 32 ints of warp counts
   int indexed_blocks = 0;
-  int live_blocks = 0;                     // stream-K: row blocks with an expert in range
-  bool stream = false;                     // stream-K in use (the live blocks fit the list)
-  long long work = 0, begin = 0, end = 0;  // stream-K: live tiles * K_BLOCKS; this CTA's range
+  int live_blocks = 0;  // stream-K: row blocks with an expert in range
+  bool stream = false;  // stream-K in use (the live blocks fit the list)
+  int whole_tiles = 0;  // stream-K: live tiles run whole before the stream-K wave
+  // stream-K: the wave's iterations, where they start, and this CTA's range of them (absolute iterations)
+  long long work = 0, wave_begin = 0, begin = 0, end = 0;
 
   // Every thread of the CTA calls this once, before any tile is asked for.
   __device__ void prepare(int thread, int threads) {
@@ -86,9 +90,12 @@ struct Scheduler {
       }
       live_blocks = base;
       stream = live_blocks <= kMaxStreamBlocks && indexed_blocks <= 65536;  // 16-bit block ids
-      work = static_cast<long long>(live_blocks) * N_BLOCKS * K_BLOCKS;
-      begin = stream_begin(blockIdx.x, work, gridDim.x);
-      end = stream_begin(blockIdx.x + 1, work, gridDim.x);
+      const long long tiles = static_cast<long long>(live_blocks) * N_BLOCKS;
+      whole_tiles = static_cast<int>(stream_whole_tiles(tiles, gridDim.x));
+      wave_begin = static_cast<long long>(whole_tiles) * K_BLOCKS;
+      work = (tiles - whole_tiles) * K_BLOCKS;
+      begin = wave_begin + stream_begin(blockIdx.x, work, gridDim.x);
+      end = wave_begin + stream_begin(blockIdx.x + 1, work, gridDim.x);
     }
     if constexpr (MODE == kMasked) {
       // A short serial scan: EXPERTS <= 1024 counts, done once per CTA.
@@ -117,22 +124,43 @@ struct Scheduler {
 
   __device__ bool streaming() const { return STREAM && stream; }
   __device__ Cursor first() const {
-    if (!streaming()) return {static_cast<int>(blockIdx.x)};
-    return {end};
+    if constexpr (STREAM) {
+      if (!stream) return {static_cast<long long>(blockIdx.x), false};
+      return static_cast<int>(blockIdx.x) < whole_tiles ? Cursor{blockIdx.x, false} : Cursor{end, true};
+    } else {
+      return {static_cast<int>(blockIdx.x)};
+    }
   }
-  __device__ bool done(Cursor c) const { return streaming() ? c.pos <= begin : c.pos >= tiles(); }
+  __device__ bool done(Cursor c) const {
+    if constexpr (STREAM) {
+      if (streaming()) return c.wave && c.pos <= begin;
+    }
+    return c.pos >= tiles();
+  }
+  // Live tile l's index in tile()'s numbering.
+  __device__ int live_tile(int l) const { return live_list[l / N_BLOCKS] * N_BLOCKS + l % N_BLOCKS; }
   __device__ Segment segment(Cursor c) const {
     if (!streaming()) return {static_cast<int>(c.pos), static_cast<int>(c.pos), 0, K_BLOCKS};
+    if constexpr (STREAM) {
+      if (!c.wave) return {live_tile(static_cast<int>(c.pos)), static_cast<int>(c.pos), 0, K_BLOCKS};
+    }
     const int live = static_cast<int>((c.pos - 1) / K_BLOCKS);
     const long long tile_begin = static_cast<long long>(live) * K_BLOCKS;
     const int kb1 = static_cast<int>(c.pos - tile_begin);
     const int kb0 = begin > tile_begin ? static_cast<int>(begin - tile_begin) : 0;
-    return {live_list[live / N_BLOCKS] * N_BLOCKS + live % N_BLOCKS, live, kb0, kb1};
+    return {live_tile(live), live, kb0, kb1};
   }
   __device__ Cursor after(Cursor c) const {
     if (!streaming()) return {static_cast<decltype(c.pos)>(c.pos + static_cast<int>(gridDim.x))};
-    const Segment s = segment(c);
-    return {c.pos - (s.kb1 - s.kb0)};
+    if constexpr (STREAM) {
+      if (!c.wave) {
+        const long long next = c.pos + gridDim.x;
+        return next < whole_tiles ? Cursor{next, false} : Cursor{end, true};
+      }
+      const Segment s = segment(c);
+      return {c.pos - (s.kb1 - s.kb0), true};
+    }
+    return c;
   }
 
   // Warp-collective (all 32 lanes): the same answer in every warp that asks.

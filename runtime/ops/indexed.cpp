@@ -223,15 +223,17 @@ void indexed_gemm(const chord_indexed_args_t& a, CUstream stream) {
     const int64_t block_n = chord::grouped::block_n(key.slices, key.consumers);
     const int64_t tiles = capacity_blocks * (w.n / block_n);
     const auto grid = static_cast<uint32_t>(std::min<int64_t>(tiles, ctx.facts.sm_count));
+    // A workspace given is held to its documented size whether or not this call's kernel uses it, so a short
+    // one fails the first call, not the first one that runs stream-K.
+    if (const auto need = static_cast<int64_t>(indexed_gemm_workspace_size(a.block_m, ctx.facts.sm_count));
+        a.workspace && a.workspace_bytes < need) {
+      throw_error(CHORD_ERROR_INVALID_ARGUMENT,
+                  "{}: workspace_bytes must be at least chord_indexed_gemm_workspace_size(block_m {}, {} SMs) = {}, "
+                  "got {}",
+                  op, a.block_m, ctx.facts.sm_count, need, a.workspace_bytes);
+    }
     chord::grouped::StreamWorkspace stream_ws{};
     if (key.stream_k) {
-      if (const int64_t need = chord::grouped::stream_workspace_bytes(grid, a.block_m, block_n);
-          a.workspace_bytes < need) {
-        throw_error(CHORD_ERROR_INVALID_ARGUMENT,
-                    "{}: workspace_bytes must be at least {} (stream-K over {} CTAs of {} x {} tiles; "
-                    "chord_indexed_gemm_workspace_size gives enough for any tile), got {}",
-                    op, need, grid, a.block_m, block_n, a.workspace_bytes);
-      }
       auto* base = static_cast<uint8_t*>(a.workspace);
       stream_ws = {reinterpret_cast<int32_t*>(base),
                    reinterpret_cast<float*>(base + chord::grouped::stream_flags_bytes(grid))};
