@@ -237,14 +237,14 @@ TEST_CASE("stream-K ranges cover every tile's K blocks once, and a cut tile is f
     }
   }
   // Whole tiles before the stream-K wave: whole waves but the last full one, so the wave holds between one
-  // and two tiles a CTA (fewer tiles than CTAs: all of them; exact waves: none).
+  // and two tiles a CTA (fewer tiles than CTAs: all of them); none when the last wave is at least 7/8 full.
   for (const int64_t grid : {1, 7, 132}) {
     for (int64_t tiles = 1; tiles <= 5 * grid + 3; ++tiles) {
       const int64_t whole = g::stream_whole_tiles(tiles, grid);
       INFO("grid " << grid << " tiles " << tiles);
-      CHECK(whole % grid == 0);
+      CHECK((whole == tiles || whole % grid == 0));
       CHECK(whole <= tiles);
-      if (tiles % grid == 0) {
+      if (tiles % grid == 0 || (tiles % grid) * 8 >= grid * 7) {
         CHECK(whole == tiles);
       } else if (tiles < grid) {
         CHECK(whole == 0);
@@ -255,7 +255,8 @@ TEST_CASE("stream-K ranges cover every tile's K blocks once, and a cut tile is f
     }
   }
   CHECK(g::stream_whole_tiles(400, 132) == 264);  // EP8 gate_up 1024 tokens at 50 row blocks: 136 in the wave
-  CHECK(g::stream_whole_tiles(392, 132) == 132);  // 49 row blocks: 260 in the wave
+  CHECK(g::stream_whole_tiles(392, 132) == 392);  // 49 row blocks: the last wave 128 of 132, run whole
+  CHECK(g::stream_whole_tiles(100, 132) == 0);    // fewer tiles than CTAs: every tile split
   // The workspace: flags for kMaxConsumers warpgroups a CTA, 256-aligned, then one FP32 tile a CTA.
   CHECK(g::stream_flags_bytes(132) == 2304);
   CHECK(g::stream_workspace_bytes(132, 32, 512) == 2304 + 132LL * 32 * 512 * 4);

@@ -66,10 +66,13 @@ CHORD_HD constexpr int64_t stream_flags_bytes(int64_t grid) { return (grid * kMa
 CHORD_HD constexpr int64_t stream_workspace_bytes(int64_t grid, int64_t bm, int64_t block_n) {
   return stream_flags_bytes(grid) + grid * bm * block_n * 4;
 }
-// Tiles run whole before the stream-K wave: none when there are fewer than the grid, all when they make
-// whole waves, else all waves but the last full one (the stream-K wave then holds 1-2 tiles a CTA).
+// Tiles run whole before the stream-K wave: all when the last wave is at least 7/8 full (whole tiles then
+// lose at most 1/8 of a tile's time, about what the partials cost), none when there are fewer tiles than
+// CTAs, else all waves but the last full one (the stream-K wave then holds 1-2 tiles a CTA).
 CHORD_HD constexpr int64_t stream_whole_tiles(int64_t tiles, int64_t grid) {
-  return tiles % grid == 0 ? tiles : (tiles / grid >= 1 ? (tiles / grid - 1) * grid : 0);
+  const int64_t last = tiles % grid;
+  if (last == 0 || last * 8 >= grid * 7) return tiles;
+  return tiles / grid >= 1 ? (tiles / grid - 1) * grid : 0;
 }
 // CTA c's range of the stream-K wave's `work` iterations is [stream_begin(c), stream_begin(c + 1)).
 CHORD_HD constexpr int64_t stream_begin(int64_t cta, int64_t work, int64_t grid) { return work * cta / grid; }
