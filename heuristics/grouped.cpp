@@ -44,8 +44,8 @@ int grouped_consumer_registers(const GroupedShape& s, const GroupedConfig& c) {
   // The rest (addresses, indices, loop state): ~40; ~32 for the step ring on long K, where no next tile's
   // first K block is held in flight (NVRTC, four consumers of two slices at K 7168: 96 registers and no
   // spills at block_m 48, 20 bytes of spills at 56), and for the single ring (NVRTC, four consumers of two
-  // slices, K 256 / 2048 / 7168: no spills up to block_m 40; at 48, 48 bytes of spills and ptxas waits
-  // after every wgmma). Other configurations keep 40 until measured.
+  // slices at the 112 registers consumer_registers leaves them: no spills up to block_m 48; at 56, 48 bytes
+  // of spills and ptxas waits after every wgmma). Other configurations keep 40 until measured.
   const bool look_ahead = s.k / grouped_block_k(s.mode) <= chord::grouped::kShortTileKBlocks;
   const bool lean = c.ring == g::kRingSingle || (c.ring == g::kRingStep && !look_ahead);
   return c.slices * c.block_m / 2 + fragments + (lean ? 32 : 40);
@@ -84,10 +84,10 @@ std::string grouped_config_error(const GroupedShape& s, const GroupedConfig& c, 
   if (c.stages < g::kMinStages || c.stages > g::kMaxStages) {
     return fmt::format("stages must be in [{}, {}], got {}", g::kMinStages, g::kMaxStages, c.stages);
   }
-  if (const int regs = grouped_consumer_registers(s, c); regs > g::consumer_registers(c.consumers)) {
+  if (const int regs = grouped_consumer_registers(s, c); regs > g::consumer_registers(c.consumers, c.ring)) {
     return fmt::format(
         "block_m {} with {} slices needs ~{} registers per consumer thread (at most {} with {} consumers)", c.block_m,
-        c.slices, regs, g::consumer_registers(c.consumers), c.consumers);
+        c.slices, regs, g::consumer_registers(c.consumers, c.ring), c.consumers);
   }
   if (const int64_t smem = grouped_dynamic_smem(s, c); smem > facts.max_smem_per_block_optin) {
     return fmt::format("needs {} bytes of shared memory (at most {})", smem, facts.max_smem_per_block_optin);
@@ -123,7 +123,7 @@ GroupedConfig select_grouped(const GroupedShape& s, int64_t rows_hint, const Dev
     GroupedConfig wide = c;
     wide.slices = 2;
     if (s.n % g::block_n(wide.slices, wide.consumers) == 0 &&
-        grouped_consumer_registers(s, wide) <= g::consumer_registers(wide.consumers) &&
+        grouped_consumer_registers(s, wide) <= g::consumer_registers(wide.consumers, wide.ring) &&
         tile_count(s, wide, rows_hint) >= facts.sm_count) {
       c = wide;
     }

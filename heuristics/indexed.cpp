@@ -113,7 +113,7 @@ GroupedConfig select_indexed_prefill(const IndexedShape& s, int block_m, int64_t
   for (int i = short_tiles ? 0 : kShortTileOnly; i < static_cast<int>(std::size(wide)); ++i) {
     const int64_t wide_n = chord::grouped::block_n(wide[i].slices, wide[i].consumers);
     if (s.n % wide_n == 0 &&
-        grouped_consumer_registers(g, wide[i]) <= chord::grouped::consumer_registers(wide[i].consumers) &&
+        grouped_consumer_registers(g, wide[i]) <= chord::grouped::consumer_registers(wide[i].consumers, wide[i].ring) &&
         blocks * (s.n / wide_n) >= facts.sm_count) {
       c = wide[i];
       break;

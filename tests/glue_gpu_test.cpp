@@ -21,11 +21,11 @@ struct AlignResult {
 };
 
 // The glue ops' C calls from positional arguments (the tests' shorthand).
-chord_status_t align(const int32_t* ids, int64_t tokens, int32_t top_k, int32_t experts, int32_t block,
-                     int32_t* sorted, int64_t sorted_cap, int32_t* expert_ids, int64_t blocks_cap, int32_t* total,
-                     const int32_t* map, CUstream stream) {
-  chord_moe_align_args_t a{sizeof(a), ids,        tokens,     top_k, experts, block, sorted,
-                           sorted_cap, expert_ids, blocks_cap, total, map};
+chord_status_t align(const int32_t* ids, int64_t tokens, int32_t top_k, int32_t experts, int32_t block, int32_t* sorted,
+                     int64_t sorted_cap, int32_t* expert_ids, int64_t blocks_cap, int32_t* total, const int32_t* map,
+                     CUstream stream) {
+  chord_moe_align_args_t a{sizeof(a), ids,        tokens,     top_k,      experts, block,
+                           sorted,    sorted_cap, expert_ids, blocks_cap, total,   map};
   return chord_moe_align(&a, stream);
 }
 
@@ -303,8 +303,8 @@ TEST_CASE("a kernel miss inside a capture is a typed error naming the descriptor
   const int64_t cap = chord_moe_align_sorted_capacity(tokens, top_k, experts, block);
   DeviceBuffer<int32_t> d_ids(std::vector<int32_t>{1, 2, 3, 4, 5, 6}), d_sorted(cap), d_experts(cap), d_total(1);
   chordrt::check_cuda(api.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "begin capture");
-  const chord_status_t s = align(d_ids.get(), tokens, top_k, experts, block, d_sorted.get(), cap, d_experts.get(),
-                                 cap, d_total.get(), nullptr, stream);
+  const chord_status_t s = align(d_ids.get(), tokens, top_k, experts, block, d_sorted.get(), cap, d_experts.get(), cap,
+                                 d_total.get(), nullptr, stream);
   const std::string message = chord_last_error();
   CUgraph graph = nullptr;
   chordrt::check_cuda(api.cuStreamEndCapture(stream, &graph), "end capture");

@@ -122,10 +122,14 @@ TEST_CASE("grouped config errors name the field", "[grouped]") {
   CHECK_THAT(chordrt::heuristics::grouped_config_error(short_k, {48, 2, 4, 4, 1}), Contains("registers"));
   CHECK(chordrt::heuristics::grouped_config_error(sc, {48, 2, 4, 4, 1}) == "");
   CHECK_THAT(chordrt::heuristics::grouped_config_error(sc, {56, 2, 4, 4, 1}), Contains("registers"));
-  // The single ring holds one K block of fragments: four consumers of two slices up to block_m 40, at any K.
-  CHECK(chordrt::heuristics::grouped_config_error(sc, {40, 2, 4, 4, 2}) == "");
-  CHECK(chordrt::heuristics::grouped_config_error(short_k, {40, 2, 4, 4, 2}) == "");
-  CHECK_THAT(chordrt::heuristics::grouped_config_error(sc, {48, 2, 4, 4, 2}), Contains("registers"));
+  // The single ring holds one K block of fragments, and its four consumers get 112 registers (the producer
+  // keeps 32): two slices up to block_m 48, at any K.
+  CHECK(chordrt::heuristics::grouped_config_error(sc, {48, 2, 4, 4, 2}) == "");
+  CHECK(chordrt::heuristics::grouped_config_error(short_k, {48, 2, 4, 4, 2}) == "");
+  CHECK_THAT(chordrt::heuristics::grouped_config_error(sc, {56, 2, 4, 4, 2}), Contains("at most 112"));
+  CHECK(chord::grouped::producer_registers(4, 2) + 4 * chord::grouped::consumer_registers(4, 2) == 480);  // 96 x 5
+  CHECK(chord::grouped::consumer_registers(4, 1) == 104);  // the measured rings keep theirs
+  CHECK(chord::grouped::consumer_registers(2, 2) == 232);
   CHECK_THAT(chordrt::heuristics::grouped_config_error(sc, {32, 2, 4, 4, 3}),
              Contains("ring must be 0 (block), 1 (step) or 2 (single), got 3"));
   // Their tile is 256 rows with one slice.

@@ -121,7 +121,8 @@ TEST_CASE("ensure_compiled: compile once, then memory, then disk", "[runtime]") 
 
 TEST_CASE("a corrupt cubin on disk is rebuilt", "[runtime]") {
   TempDir t("runtime-test");
-  const Descriptor d = chordrt::ops::MoeCombineFamily::descriptor(kHopper, chordrt::ops::moe_combine_key(8, 7168, false));
+  const Descriptor d =
+      chordrt::ops::MoeCombineFamily::descriptor(kHopper, chordrt::ops::moe_combine_key(8, 7168, false));
   std::string key;
   {
     JitRuntime rt(options_for(t.path()));
@@ -145,7 +146,8 @@ TEST_CASE("a corrupt cubin on disk is rebuilt", "[runtime]") {
 TEST_CASE("six processes compiling the same kernel at once compile it once", "[runtime][concurrency]") {
   TempDir t("runtime-test");
   const fs::path dir = t.path() / "shared";
-  const Descriptor d = chordrt::ops::MoeAlignFamily::descriptor(kHopper, {256, 16, 0, kSingleCta.threads, kSingleCta.cluster});
+  const Descriptor d =
+      chordrt::ops::MoeAlignFamily::descriptor(kHopper, {256, 16, 0, kSingleCta.threads, kSingleCta.cluster});
   if (thread_count() != 1) WARN("forking with " << thread_count() << " threads");
   const auto results = run_children_together(6, [&](int) {
     JitRuntime rt(options_for(dir));
@@ -165,9 +167,10 @@ TEST_CASE("six processes compiling the same kernel at once compile it once", "[r
 TEST_CASE("six processes compiling three kernels in different orders", "[runtime][concurrency]") {
   TempDir t("runtime-test");
   const fs::path dir = t.path() / "shared";
-  const std::vector<Descriptor> ds = {chordrt::ops::MoeAlignFamily::descriptor(kHopper, {128, 32, 1, kSingleCta.threads, kSingleCta.cluster}),
-                                      chordrt::ops::SiluAndMulFamily::descriptor(kHopper, chordrt::ops::silu_and_mul_key(1536)),
-                                      chordrt::ops::MoeCombineFamily::descriptor(kHopper, chordrt::ops::moe_combine_key(6, 5120, true))};
+  const std::vector<Descriptor> ds = {
+      chordrt::ops::MoeAlignFamily::descriptor(kHopper, {128, 32, 1, kSingleCta.threads, kSingleCta.cluster}),
+      chordrt::ops::SiluAndMulFamily::descriptor(kHopper, chordrt::ops::silu_and_mul_key(1536)),
+      chordrt::ops::MoeCombineFamily::descriptor(kHopper, chordrt::ops::moe_combine_key(6, 5120, true))};
   const int orders[6][3] = {{0, 1, 2}, {2, 1, 0}, {1, 0, 2}, {1, 2, 0}, {2, 0, 1}, {0, 2, 1}};
   const auto results = run_children_together(6, [&](int child) {
     JitRuntime rt(options_for(dir));
@@ -252,7 +255,8 @@ TEST_CASE("strict mode and miss recording only concern run-time misses", "[runti
   o.strict = true;
   o.record_misses = (t.path() / "misses.jsonl").string();
   JitRuntime rt(o);
-  const Descriptor d = chordrt::ops::MoeCombineFamily::descriptor(kHopper, chordrt::ops::moe_combine_key(2, 256, false));
+  const Descriptor d =
+      chordrt::ops::MoeCombineFamily::descriptor(kHopper, chordrt::ops::moe_combine_key(2, 256, false));
   // Strict mode (CHORD_JIT_STRICT) turns a miss inside kernel() -- a launch -- into STRICT_MISS, and
   // record_misses logs such misses; kernel() needs a driver and a context, so neither can be observed on
   // a machine without a GPU. What is testable: ensure_compiled is the ahead-of-time path (prewarm), which
@@ -263,7 +267,8 @@ TEST_CASE("strict mode and miss recording only concern run-time misses", "[runti
 
   if (chordrt::driver().state != chordrt::DriverState::kReady) {
     // Compile-only mode: a launch path fails with the driver's status before any lookup or compile.
-    const Descriptor other = chordrt::ops::MoeCombineFamily::descriptor(kHopper, chordrt::ops::moe_combine_key(3, 256, false));
+    const Descriptor other =
+        chordrt::ops::MoeCombineFamily::descriptor(kHopper, chordrt::ops::moe_combine_key(3, 256, false));
     try {
       rt.kernel(other, chordrt::ContextState{}, nullptr);
       FAIL("kernel() succeeded without a driver");

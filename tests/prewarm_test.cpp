@@ -10,8 +10,8 @@
 #include "tests/test_support.hpp"
 
 using namespace chordrt;
-using chordrt::test::TempDir;
 using chordrt::test::check_invalid_argument;
+using chordrt::test::TempDir;
 
 namespace {
 std::string align_line(int experts, int block, bool as_miss) {

@@ -56,9 +56,9 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
   static_assert(valid_consumers(CONSUMERS), "2 or 4 consumer warpgroups");
   static_assert(valid_ring(RING), "kRingBlock, kRingStep or kRingSingle");
   constexpr bool kStepRing = RING == kRingStep;
-  static_assert(
-      setmaxnreg_fits_launch(threads(CONSUMERS), kProducerRegisters + CONSUMERS * consumer_registers(CONSUMERS)),
-      "setmaxnreg past the pool");
+  static_assert(setmaxnreg_fits_launch(threads(CONSUMERS), producer_registers(CONSUMERS, RING) +
+                                                               CONSUMERS * consumer_registers(CONSUMERS, RING)),
+                "setmaxnreg past the pool");
   static_assert(kSteps % 2 == 0, "the step ring starts every K block on fragment buffer 0");
   using Sched = Scheduler<MODE, BM, kNBlocks, EXPERTS, kKBlocks, STREAM>;
   static_assert(EXPERTS >= 1 && EXPERTS <= Sched::kMaxGroups, "experts");
@@ -93,7 +93,7 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
   __syncthreads();
 
   if (warpgroup == 0) {
-    set_max_registers_decrease<kProducerRegisters>();
+    set_max_registers_decrease<producer_registers(CONSUMERS, RING)>();
     // The tile's packed slices and scales for K block kb, by bulk copies completing on `bar`.
     auto copy_weights = [&](uint8_t* stage, const Tile& t, int kb, uint64_t* bar) {
       uint8_t* w = stage + Smem::kActBytes;
@@ -176,7 +176,7 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
     return;
   }
 
-  set_max_registers_increase<consumer_registers(CONSUMERS)>();
+  set_max_registers_increase<consumer_registers(CONSUMERS, RING)>();
   const int consumer = warpgroup - 1, tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
   const int g = lane / 4;
   // This thread's weight rows inside the tile: slice (consumer * SLICES + j), rows 16*warp + g (+8).

@@ -18,11 +18,6 @@ constexpr int kGroup = w4a16::kGroup;
 constexpr int kMinConsumers = 2, kMaxConsumers = 4;
 CHORD_HD constexpr bool valid_consumers(int consumers) { return consumers == 2 || consumers == 4; }
 CHORD_HD constexpr int threads(int consumers) { return 128 * (1 + consumers); }
-constexpr int kProducerRegisters = 40;  // setmaxnreg of the producer warpgroup
-// setmaxnreg of each consumer: what the producer's release leaves. The launch allocates
-// 65536 / threads rounded down to 8 per thread (168 with 2 consumers, 96 with 4); lowering the producer
-// to 40 frees 128 x (168 - 40) = 16384 = 256 x (232 - 168), or 128 x 56 = 7168 >= 512 x (104 - 96).
-CHORD_HD constexpr int consumer_registers(int consumers) { return consumers == 2 ? 232 : 104; }
 constexpr int kMaxExperts = w4a16::kMaxExperts;
 constexpr int kMinBlockM = 8, kMaxBlockM = 256;  // wgmma N: tokens per tile, a multiple of 8
 constexpr int kMaxSlices = 2;                    // 64-row slices per consumer
@@ -41,6 +36,19 @@ constexpr int kSmemAlign = 1024;  // the kernel aligns its dynamic shared memory
 //                (half the block ring's fragment registers: 32 for two slices, so four consumers fit).
 enum : int { kRingBlock = 0, kRingStep = 1, kRingSingle = 2 };
 CHORD_HD constexpr bool valid_ring(int ring) { return ring >= kRingBlock && ring <= kRingSingle; }
+
+// setmaxnreg of the producer warpgroup, and of each consumer: what the producer's release leaves. The launch
+// allocates 65536 / threads rounded down to 8 per thread (168 with 2 consumers, 96 with 4). A producer at 40
+// frees 128 x (168 - 40) = 16384 = 256 x (232 - 168), or 128 x 56 = 7168 >= 512 x (104 - 96). Four single-ring
+// consumers take the producer to 32, which leaves them 112 (128 x 64 = 8192 = 512 x 16): two slices at
+// block_m 48 then compile without spills (NVRTC; at 104 ptxas spilled 48 bytes and serialized every wgmma).
+// The other configurations keep the measured 40 / 104.
+CHORD_HD constexpr int producer_registers(int consumers, int ring) {
+  return consumers == 4 && ring == kRingSingle ? 32 : 40;
+}
+CHORD_HD constexpr int consumer_registers(int consumers, int ring) {
+  return consumers == 2 ? 232 : (ring == kRingSingle ? 112 : 104);
+}
 
 // The STREAM template argument (indexed mode, long K): data-parallel waves, then one stream-K wave. Whole
 // tiles in the static order (tile i + grid * j) for all waves but the last one or two, so a row block's

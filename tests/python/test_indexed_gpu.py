@@ -134,7 +134,8 @@ def run(layout, n, k, experts, tokens, top_k, block_m=None, global_experts=None,
 # ---- CHORD_INDEXED_CONFIG: the step and single rings ----------------------------------------------------
 
 # The runtime reads its environment once per process: the forced kernel runs in a fresh interpreter, through
-# this module's run() (poisoned outputs, FP32 reference), at Kimi K2 EP8 and TP8 with block_m 32.
+# this module's run() (poisoned outputs, FP32 reference), at Kimi K2 EP8 and TP8 with block_m 32 (and 48 for
+# the single ring, whose consumers get 112 registers).
 RING_CHILD = textwrap.dedent(
     """
     import sys
@@ -143,15 +144,15 @@ RING_CHILD = textwrap.dedent(
     for proj in ("gate_up", "down"):
         for shapes, tokens in ((t.KIMI_EP8, 1024), (t.KIMI_TP8, 256)):
             n, k, e = shapes[proj]
-            t.run(t.WGMMA, n, k, e, tokens, 8, block_m=32, global_experts=t.GLOBAL, seed=tokens + n)
+            t.run(t.WGMMA, n, k, e, tokens, 8, block_m={block_m}, global_experts=t.GLOBAL, seed=tokens + n)
     print('{{"ok": true}}')
     """
 )
 
 
-@pytest.mark.parametrize("ring", [1, 2])
-def test_register_rings_with_four_consumers_of_two_slices_match_the_reference(python_runner, ring):
-    code = RING_CHILD.format(tests=str(Path(__file__).resolve().parent))
+@pytest.mark.parametrize("ring, block_m", [(1, 32), (2, 32), (2, 48)])
+def test_register_rings_with_four_consumers_of_two_slices_match_the_reference(python_runner, ring, block_m):
+    code = RING_CHILD.format(tests=str(Path(__file__).resolve().parent), block_m=block_m)
     proc = python_runner(code, timeout=600, CHORD_INDEXED_CONFIG=f"consumers=4,slices=2,ring={ring}")
     assert proc.result == {"ok": True}, proc.stdout + proc.stderr
 
