@@ -5,7 +5,6 @@
 #include <regex>
 #include <string>
 #include <tuple>
-#include <vector>
 
 #include "heuristics/dsa_indexer.hpp"
 #include "heuristics/sparse_mla.hpp"
@@ -103,32 +102,21 @@ TEST_CASE("ptxas: indexed decode fits its 4 CTAs per SM", "[nvrtc][ptxas]") {
   }
 }
 
-TEST_CASE("ptxas: the step ring fits four consumers of two slices without spills", "[nvrtc][ptxas]") {
-  chordrt::test::TempDir t("ptxas-step-ring");
+TEST_CASE("ptxas: the step and single rings fit four consumers of two slices without spills", "[nvrtc][ptxas]") {
+  chordrt::test::TempDir t("ptxas-register-rings");
   chordrt::JitRuntime rt(chordrt::test::options_for(t.path()));
   using chordrt::ops::IndexedPrefillFamily;
-  // Kimi K2 EP8 and TP8, both projections, at block_m 32 (a K-block ring does not fit there: 2 x 2 x 4 x 4
-  // fragment registers per thread besides 32 accumulators, of the 104 four consumers get).
+  // Kimi K2 EP8 and TP8, both projections. The step ring at block_m 32 (a K-block ring does not fit there:
+  // 2 x 2 x 4 x 4 fragment registers per thread besides 32 accumulators, of the 104 four consumers get); the
+  // single ring at block_m 48, its producer at 32 registers leaving each consumer 112 (at 104 this spilled 48
+  // bytes and ptxas serialized every wgmma; Humming's 2048-token tile is 56 x 512, and 56 still needs more).
   for (const auto& [n, k, experts] :
        {std::tuple{4096, 7168, 48}, {7168, 2048, 48}, {512, 7168, 384}, {7168, 256, 384}}) {
-    const auto d = IndexedPrefillFamily::descriptor(kHopper, {n, k, experts, 32, 2, 6, 4, 1, 0});
-    INFO(chordrt::jit::to_string(d));
-    const PtxasReport p = compiled_report(rt, d);
-    CHECK(p.spill_bytes == 0);
-  }
-}
-
-TEST_CASE("ptxas: the single ring fits four consumers of two slices at block_m 48", "[nvrtc][ptxas]") {
-  chordrt::test::TempDir t("ptxas-single-ring");
-  chordrt::JitRuntime rt(chordrt::test::options_for(t.path()));
-  using chordrt::ops::IndexedPrefillFamily;
-  // The producer at 32 registers leaves each consumer 112: at 104 this spilled 48 bytes and ptxas serialized
-  // every wgmma (Humming's 2048-token tile is 56 x 512; 56 still needs more).
-  for (const auto& [n, k, experts] :
-       {std::tuple{4096, 7168, 48}, {7168, 2048, 48}, {512, 7168, 384}, {7168, 256, 384}}) {
-    const auto d = IndexedPrefillFamily::descriptor(kHopper, {n, k, experts, 48, 2, 4, 4, 2, 0});
-    INFO(chordrt::jit::to_string(d));
-    CHECK(compiled_report(rt, d).spill_bytes == 0);
+    for (const auto& [block_m, stages, ring] : {std::tuple{32, 6, 1}, {48, 4, 2}}) {
+      const auto d = IndexedPrefillFamily::descriptor(kHopper, {n, k, experts, block_m, 2, stages, 4, ring, 0});
+      INFO(chordrt::jit::to_string(d));
+      CHECK(compiled_report(rt, d).spill_bytes == 0);
+    }
   }
 }
 
@@ -141,10 +129,10 @@ TEST_CASE("ptxas: stream-K's partial tiles cost no spills", "[nvrtc][ptxas]") {
   // written through global memory. (With 104 registers the single ring spilled 80 bytes at TP8 gate_up; at
   // block_m 48 with stream-K it spills 4 bytes at EP8 gate_up.)
   for (const auto& [n, k, experts] : {std::tuple{4096, 7168, 48}, {7168, 2048, 48}, {512, 7168, 384}}) {
-    std::vector<chordrt::ops::IndexedPrefillKey> keys{{n, k, experts, 32, 2, 6, 2, 0, 1},
-                                                      {n, k, experts, 64, 2, 6, 2, 0, 1}};
-    keys.push_back({n, k, experts, 32, 2, 6, 4, 2, 1});
-    for (const chordrt::ops::IndexedPrefillKey& key : keys) {
+    for (const chordrt::ops::IndexedPrefillKey& key :
+         {chordrt::ops::IndexedPrefillKey{n, k, experts, 32, 2, 6, 2, 0, 1},
+          {n, k, experts, 64, 2, 6, 2, 0, 1},
+          {n, k, experts, 32, 2, 6, 4, 2, 1}}) {
       const auto d = IndexedPrefillFamily::descriptor(kHopper, key);
       INFO(chordrt::jit::to_string(d));
       CHECK(compiled_report(rt, d).spill_bytes == 0);
