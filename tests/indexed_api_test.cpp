@@ -396,6 +396,17 @@ TEST_CASE("chord_indexed_gemm argument and weight checks", "[indexed][capi]") {
   CHECK(chord_indexed_gemm(&a, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
   CHECK_THAT(last_error(), Contains("validate must be in [0, 1], got 2"));
   a.validate = 0;
+  // The stream-K workspace: a size that cannot be, an address that is not 16-byte aligned (both before any
+  // device is asked for anything).
+  a.workspace_bytes = -1;
+  CHECK(chord_indexed_gemm(&a, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(last_error(), Contains("workspace_bytes must be in [0, "));
+  a.workspace_bytes = 1 << 20;
+  a.workspace = host + 8;
+  CHECK(chord_indexed_gemm(&a, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(last_error(), Contains("workspace") && Contains("aligned"));
+  a.workspace = nullptr;
+  a.workspace_bytes = 0;
   // 32 routes need one block of 64: smaller buffers are refused (they used to make the call a no-op).
   CHECK(chord_indexed_gemm(&a, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
   CHECK_THAT(last_error(),

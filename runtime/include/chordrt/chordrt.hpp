@@ -103,6 +103,10 @@ inline int32_t indexed_block_m(chord_w4a16_layout_t layout, int32_t num_experts,
   check(chord_indexed_block_m(layout, num_experts, n, k, routed_rows, profile, &block_m));
   return block_m;
 }
+// 0 when block_m or num_sms is out of range.
+inline size_t indexed_gemm_workspace_size(int32_t block_m, int32_t num_sms) {
+  return chord_indexed_gemm_workspace_size(block_m, num_sms);
+}
 inline void indexed_gemm(const chord_indexed_args_t& a, CUstream stream) { check(chord_indexed_gemm(&a, stream)); }
 
 // ---- Sparse MLA decode and the DSA indexer -----------------------------------------------------------
