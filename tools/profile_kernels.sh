@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Nsight Compute summary of one kernel family's benchmark cases (on the lent H200, after
 # tools/gpu_run.sh has built build-gpu): duration, DRAM throughput, occupancy, issue activity, warp
-# stall reasons per issued instruction; SASS of the last kernels profiled with CHORD_SASS=1.
+# stall reasons per issued instruction, SM active cycles against elapsed (and their min / max over SMs);
+# SASS of the last kernels profiled with CHORD_SASS=1.
 # Usage: tools/profile_kernels.sh FAMILY OUTDIR [CASE ...]
 #   FAMILY warp_decode: cases "NAME,FORMAT,M"            (default "Kimi K2 TP8,int4,1" "Kimi K2 TP8,int4,32")
 #   FAMILY grouped:     cases "EPx,PROJECTION,MODE,ROWS" (default "EP8,gate_up,masked,16" "EP8,down,contiguous,128")
@@ -42,6 +43,8 @@ for s in long_scoreboard short_scoreboard barrier wait math_pipe_throttle mio_th
          dispatch_stall no_instruction branch_resolving membar selected not_selected misc drain imc_miss tex_throttle; do
   stalls+="${stalls:+,}smsp__average_warps_issue_stalled_${s}_per_issue_active.ratio"
 done
+# Per-SM activity: a min far under the max is SMs idle while others work (a static schedule's last wave).
+stalls+=",sm__cycles_active.min,sm__cycles_active.max"
 for c in "${cases[@]}"; do
   tag=$(echo "$c" | tr ' ,/' '___')
   # The bench arguments that run this one case.
@@ -67,7 +70,7 @@ for c in "${cases[@]}"; do
       ncu --import "${file%.txt}.ncu-rep" --page source --csv --print-source sass >"${file%.txt}_source.csv" 2>&1
     fi
     echo "== $family $c ($k)"
-    grep -E "$k|Duration|DRAM Throughput|Memory Throughput|L2 Cache Throughput|Compute \(SM\)|Achieved Occupancy|Registers Per|Waves Per SM|Issued Warp|Eligible Warps|Warp Cycles Per Issued|stalled" \
+    grep -E "$k|Duration|Elapsed Cycles|SM Active Cycles|sm__cycles_active|DRAM Throughput|Memory Throughput|L2 Cache Throughput|Compute \(SM\)|Achieved Occupancy|Registers Per|Waves Per SM|Issued Warp|Eligible Warps|Warp Cycles Per Issued|stalled" \
       "$file" | head -50
   done
 done
