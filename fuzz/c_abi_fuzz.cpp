@@ -190,6 +190,10 @@ void scalar_functions(Input& in, int which) {
       int32_t block_m = 0;
       check_status(chord_indexed_block_m(s.b, s.c, s.d, s.e, s.a, s.f, s.g & 1 ? nullptr : &block_m),
                    "chord_indexed_block_m");
+      // The stream-K workspace: 0 outside its ranges, else room for one FP32 tile of 512 rows per SM.
+      const size_t bytes = chord_indexed_gemm_workspace_size(s.b, s.c);
+      const bool valid = s.b >= 8 && s.b <= 256 && s.b % 8 == 0 && s.c >= 1 && s.c <= 1024;
+      if (valid != (bytes != 0) || (valid && bytes < static_cast<size_t>(s.c) * s.b * 512 * 4)) std::abort();
       break;
     }
     case 4:
