@@ -16,6 +16,7 @@
 #pragma once
 
 #include "common/routing.cuh"
+#include "common/warp.cuh"
 #include "grouped/params.cuh"
 
 namespace chord::grouped {
@@ -83,7 +84,7 @@ struct Scheduler {
           before += w < warp ? counts[w] : 0;
           total += counts[w];
         }
-        const int at = before + __popc(ballot & ((1u << lane) - 1u));
+        const int at = before + __popc(ballot & lanemask_lt());
         if (live && at < kMaxStreamBlocks) live_list[at] = static_cast<uint16_t>(b);
         base = total;
         __syncthreads();
