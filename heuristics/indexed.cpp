@@ -119,10 +119,10 @@ GroupedConfig select_indexed_prefill(const IndexedShape& s, int block_m, int64_t
       break;
     }
   }
-  // stream_k stays 0, an experiment (CHORD_INDEXED_CONFIG=stream_k=1 with a workspace): it ends the last wave's
-  // idle SMs (97% active against 75%), but each CTA's contiguous range spreads a row block's column tiles
-  // over the whole run, so its activations come from DRAM again and again: +7-13% on long K (H100,
-  // bench/NOTES.md "Stream-K v1").
+  // stream_k stays 0, an experiment (CHORD_INDEXED_CONFIG=stream_k=1 with a workspace): its first schedule
+  // ended the last wave's idle SMs (97% active against 75%) but, its contiguous ranges spreading a row block's
+  // column tiles over the whole run, read their activations from DRAM again: +7-13% on long K (H100,
+  // bench/NOTES.md "Stream-K v1"). The data-parallel + one stream-K wave schedule has not been measured yet.
   c.stages = grouped_deepest_ring(g, c, facts);
   return c;
 }
