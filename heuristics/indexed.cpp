@@ -4,7 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <iterator>
+#include <vector>
 
 namespace chordrt::heuristics {
 
@@ -93,37 +93,44 @@ int select_indexed_block_m(const IndexedShape& s, int64_t routed_rows, IndexedPr
   return best;
 }
 
-GroupedConfig select_indexed_prefill(const IndexedShape& s, int block_m, int64_t routed_rows,
-                                     const DeviceFacts& facts) {
-  const GroupedShape g{GroupedMode::kIndexed, s.n, s.k, s.experts};
-  // 256-row tiles and wider while they still give every SM one. On short-K tiles four consumer warpgroups,
-  // which halves each consumer's share of the per-tile dequant and epilogue: of two slices where the k16
-  // step ring makes them fit the 104 registers a consumer gets (block_m <= 40: TP8 down, K 256, 1024
-  // tokens at block_m 32: 226 -> 194 us against one slice, H100), else of one slice (block_m <= 64: -13 to
-  // -15% against two consumers on the H200). Both lose on long K (EP8 / TP8 gate_up, EP8 down: -1 to +15%,
-  // less independent work per warp), which keeps two consumers of two slices; otherwise 128-row tiles,
-  // twice as many. This runs on every dispatch, so the blocks are bounded from below (each block holds at
-  // most block_m rows; min(rows, E) experts hold one) instead of modelled.
+GroupedConfig select_indexed_prefill(const IndexedShape& s, int block_m, int64_t routed_rows, const DeviceFacts& facts,
+                                     bool stream_k_workspace) {
+  namespace g = chord::grouped;
+  const GroupedShape shape{GroupedMode::kIndexed, s.n, s.k, s.experts};
+  // The widest tiles whose consumers' registers hold them and that still give every SM one, in order of
+  // preference. Four consumer warpgroups of two slices (512-row tiles, Humming's width at 1024-2048
+  // tokens) halve each consumer's share of the per-tile dequant and epilogue. On short K (TP8 down, K 256)
+  // their fragments fit through the k16 step ring up to block_m 40 (1024 tokens at block_m 32: 226 -> 194
+  // us against one slice), through the single ring up to 48 (2048 tokens at block_m 48: 294.6 -> 268.5 us
+  // against four consumers of one slice). On long K only the single ring fits them (its producer gives up 8
+  // registers): 1024 tokens at block_m 32, EP8 gate_up / EP8 down / TP8 gate_up 321.7 / 168.8 / 316.0 ->
+  // 293.5 / 158.2 / 289.4 us with stream-K against two consumers of two slices; 2048 tokens at block_m 48,
+  // EP8 gate_up 462.6 -> 394.6 without it (H100, bench/NOTES.md "Stream-K v2 and the single ring
+  // measured"). Then four consumers of one slice (short K only: -13 to -15% against two consumers at
+  // block_m <= 64), two of two slices, and at last 128-row tiles, twice as many. This runs on every
+  // dispatch, so the blocks are bounded from below (each block holds at most block_m rows; min(rows, E)
+  // experts hold one) instead of modelled.
   const int64_t blocks = std::max<int64_t>(std::min<int64_t>(routed_rows, s.experts), routed_rows / block_m);
-  const bool short_tiles = s.k / grouped_block_k(GroupedMode::kIndexed) <= chord::grouped::kShortTileKBlocks;
+  const bool short_tiles = s.k / grouped_block_k(GroupedMode::kIndexed) <= g::kShortTileKBlocks;
+  const GroupedConfig step{block_m, 2, 2, 4, g::kRingStep}, single{block_m, 2, 2, 4, g::kRingSingle},
+      quarter{block_m, 1, 2, 4}, half{block_m, 2, 2, 2};
+  const std::vector<GroupedConfig> wide =
+      short_tiles ? std::vector{step, single, quarter, half} : std::vector{single, half};
   GroupedConfig c{block_m, 1, 2, 2};
-  // In order of preference; the first kShortTileOnly (four consumers) only on short tiles.
-  constexpr int kShortTileOnly = 2;
-  const GroupedConfig wide[] = {{block_m, 2, 2, 4, chord::grouped::kRingStep}, {block_m, 1, 2, 4}, {block_m, 2, 2, 2}};
-  for (int i = short_tiles ? 0 : kShortTileOnly; i < static_cast<int>(std::size(wide)); ++i) {
-    const int64_t wide_n = chord::grouped::block_n(wide[i].slices, wide[i].consumers);
-    if (s.n % wide_n == 0 &&
-        grouped_consumer_registers(g, wide[i]) <= chord::grouped::consumer_registers(wide[i].consumers, wide[i].ring) &&
+  for (const GroupedConfig& w : wide) {
+    const int64_t wide_n = g::block_n(w.slices, w.consumers);
+    if (s.n % wide_n == 0 && grouped_consumer_registers(shape, w) <= g::consumer_registers(w.consumers, w.ring) &&
         blocks * (s.n / wide_n) >= facts.sm_count) {
-      c = wide[i];
+      c = w;
       break;
     }
   }
-  // stream_k stays 0, an experiment (CHORD_INDEXED_CONFIG=stream_k=1 with a workspace): its first schedule
-  // ended the last wave's idle SMs (97% active against 75%) but, its contiguous ranges spreading a row block's
-  // column tiles over the whole run, read their activations from DRAM again: +7-13% on long K (H100,
-  // bench/NOTES.md "Stream-K v1"). The data-parallel + one stream-K wave schedule has not been measured yet.
-  c.stages = grouped_deepest_ring(g, c, facts);
+  // Stream-K (long K, when the call brings a workspace) balances the last wave, whose tail left a quarter
+  // of the SMs idle at 1024 tokens. Only on the single ring at block_m <= 32, where it was measured to win
+  // (above); with two consumers of two slices it lost 3-11% at 2048-4096 tokens, and at block_m 48 it
+  // was mixed (EP8 gate_up +6%: ptxas spills 4 bytes there; TP8 gate_up -6%).
+  c.stream_k = stream_k_workspace && !short_tiles && c.ring == g::kRingSingle && block_m <= 32 ? 1 : 0;
+  c.stages = grouped_deepest_ring(shape, c, facts);
   return c;
 }
 

@@ -42,10 +42,11 @@ double expected_indexed_blocks(int experts, int64_t routed_rows, int block_m);
 int select_indexed_block_m(const IndexedShape& s, int64_t routed_rows, IndexedProfile profile = IndexedProfile::kAuto,
                            const DeviceFacts& facts = {});
 
-// Prefill (wgmma layout): the grouped kernel in indexed mode, tile rows = the routing's block_m. Never
-// stream-K (measured slower; an override may ask for it when the call brings a workspace).
+// Prefill (wgmma layout): the grouped kernel in indexed mode, tile rows = the routing's block_m.
+// stream_k_workspace: the call brings a stream-K workspace (chord_indexed_args_t.workspace), which lets
+// the configurations measured faster with stream-K use it.
 GroupedConfig select_indexed_prefill(const IndexedShape& s, int block_m, int64_t routed_rows,
-                                     const DeviceFacts& facts = {});
+                                     const DeviceFacts& facts = {}, bool stream_k_workspace = false);
 
 // Decode (mma layout).
 struct IndexedDecodeConfig {

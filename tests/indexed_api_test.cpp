@@ -112,33 +112,43 @@ TEST_CASE("every selected indexed config is a valid kernel", "[indexed]") {
     }
   }
   // Short-K tiles (TP8 down, K 256) with small token tiles get four consumer warpgroups: of two slices
-  // (512-row tiles) through the k16 step ring up to block_m 40, of one slice (256-row tiles) up to 64; from
-  // block_m 72 their fragments no longer fit 104 registers, and two consumers of two slices take over.
-  // Long K (EP8 gate_up) keeps two consumers.
+  // (512-row tiles) through the k16 step ring up to block_m 40 and the single ring at 48, of one slice
+  // (256-row tiles) at 64; from block_m 72 their fragments no longer fit the consumers' registers, and two
+  // consumers of two slices take over.
   const IndexedShape tp_down{W4a16Layout::kWgmmaK64, 7168, 256, 384};
   const auto small = chordrt::heuristics::select_indexed_prefill(tp_down, 32, 8192);
   CHECK(small.consumers == 4);
   CHECK(small.slices == 2);
-  CHECK(small.ring == 1);
-  for (int bm : {48, 64}) {
-    const auto medium = chordrt::heuristics::select_indexed_prefill(tp_down, bm, 16384);
-    CHECK(medium.consumers == 4);
-    CHECK(medium.slices == 1);
-    CHECK(medium.ring == 0);
-  }
+  CHECK(small.ring == chord::grouped::kRingStep);
+  const auto single = chordrt::heuristics::select_indexed_prefill(tp_down, 48, 16384);
+  CHECK(single.consumers == 4);
+  CHECK(single.slices == 2);
+  CHECK(single.ring == chord::grouped::kRingSingle);
+  const auto medium = chordrt::heuristics::select_indexed_prefill(tp_down, 64, 16384);
+  CHECK(medium.consumers == 4);
+  CHECK(medium.slices == 1);
+  CHECK(medium.ring == chord::grouped::kRingBlock);
   // Too few blocks for one 512-row tile per SM (14 tiles per block): four consumers of one slice.
   const auto few = chordrt::heuristics::select_indexed_prefill(tp_down, 32, 8);
   CHECK(few.consumers == 4);
   CHECK(few.slices == 1);
-  CHECK(few.ring == 0);
+  CHECK(few.ring == chord::grouped::kRingBlock);
   const auto large = chordrt::heuristics::select_indexed_prefill(tp_down, 96, 32768);
   CHECK(large.consumers == 2);
   CHECK(large.slices == 2);
+  // Long K (EP8 gate_up): the single ring's four consumers of two slices up to block_m 48, two consumers of
+  // two slices above.
   const IndexedShape ep_up{W4a16Layout::kWgmmaK64, 4096, 7168, 48};
-  const auto long_k = chordrt::heuristics::select_indexed_prefill(ep_up, 32, 1024);
-  CHECK(long_k.consumers == 2);
-  CHECK(long_k.slices == 2);
-  CHECK(long_k.ring == 0);
+  for (int bm : {32, 48}) {
+    const auto long_k = chordrt::heuristics::select_indexed_prefill(ep_up, bm, 1024);
+    CHECK(long_k.consumers == 4);
+    CHECK(long_k.slices == 2);
+    CHECK(long_k.ring == chord::grouped::kRingSingle);
+  }
+  const auto long_k_64 = chordrt::heuristics::select_indexed_prefill(ep_up, 64, 2048);
+  CHECK(long_k_64.consumers == 2);
+  CHECK(long_k_64.slices == 2);
+  CHECK(long_k_64.ring == chord::grouped::kRingBlock);
   // CHORD_INDEXED_CONFIG: the prefill kernel's fields but block_m, checked by the one config check.
   const auto ring_key = chordrt::ops::indexed_prefill_key(ep_up, 32, 1024, kHopperFacts, "consumers=4,ring=1");
   CHECK(ring_key.consumers == 4);
@@ -147,8 +157,7 @@ TEST_CASE("every selected indexed config is a valid kernel", "[indexed]") {
   CHECK(ring_key.block_m == 32);
   CHECK_THROWS_WITH(chordrt::ops::indexed_prefill_key(ep_up, 32, 1024, kHopperFacts, "block_m=64"),
                     Contains("block_m is the routing's"));
-  CHECK_THROWS_WITH(chordrt::ops::indexed_prefill_key(ep_up, 32, 1024, kHopperFacts, "consumers=4"),
-                    Contains("registers"));
+  CHECK_THROWS_WITH(chordrt::ops::indexed_prefill_key(ep_up, 32, 1024, kHopperFacts, "ring=0"), Contains("registers"));
   for (int bm : {8, 16, 24, 32}) {
     const IndexedShape s{W4a16Layout::kMma, 4096, 7168, 48};
     const auto c = chordrt::heuristics::select_indexed_decode(s, bm);
@@ -269,10 +278,16 @@ TEST_CASE("stream-K ranges cover every tile's K blocks once, and a cut tile is f
 TEST_CASE("stream-K is allowed on long K when the call brings a workspace, and only there", "[indexed][stream_k]") {
   const IndexedShape ep_up{W4a16Layout::kWgmmaK64, 4096, 7168, 48};
   const IndexedShape tp_down{W4a16Layout::kWgmmaK64, 7168, 256, 384};
-  // Measured slower than whole tiles (bench/NOTES.md "Stream-K v1"): the heuristics leave it off; an
-  // experiment turns it on.
+  // The heuristics take it with a workspace on the single ring at block_m <= 32 (measured faster there,
+  // slower or mixed elsewhere: bench/NOTES.md); an override turns it on or off wherever it is valid.
   CHECK(chordrt::ops::indexed_prefill_key(ep_up, 32, 1024, kHopperFacts).stream_k == 0);
-  CHECK(chordrt::ops::indexed_prefill_key(ep_up, 32, 1024, kHopperFacts, {}, true).stream_k == 0);
+  const auto chosen = chordrt::ops::indexed_prefill_key(ep_up, 32, 1024, kHopperFacts, {}, true);
+  CHECK(chosen.stream_k == 1);
+  CHECK(chosen.ring == chord::grouped::kRingSingle);
+  CHECK_NOTHROW(IndexedPrefillFamily::family().program(IndexedPrefillFamily::descriptor(kHopper, chosen)));
+  CHECK(chordrt::ops::indexed_prefill_key(ep_up, 48, 1024, kHopperFacts, {}, true).stream_k == 0);
+  CHECK(chordrt::ops::indexed_prefill_key(ep_up, 64, 2048, kHopperFacts, {}, true).stream_k == 0);
+  CHECK(chordrt::ops::indexed_prefill_key(tp_down, 32, 8192, kHopperFacts, {}, true).stream_k == 0);
   const auto with = chordrt::ops::indexed_prefill_key(ep_up, 32, 1024, kHopperFacts, "stream_k=1", true);
   CHECK(with.stream_k == 1);
   CHECK_NOTHROW(IndexedPrefillFamily::family().program(IndexedPrefillFamily::descriptor(kHopper, with)));

@@ -17,6 +17,7 @@
 #include "tests/test_support.hpp"
 
 using chordrt::test::kHopper;
+using chordrt::test::kHopperFacts;
 
 namespace {
 
@@ -136,6 +137,31 @@ TEST_CASE("ptxas: stream-K's partial tiles cost no spills", "[nvrtc][ptxas]") {
       const auto d = IndexedPrefillFamily::descriptor(kHopper, key);
       INFO(chordrt::jit::to_string(d));
       CHECK(compiled_report(rt, d).spill_bytes == 0);
+    }
+  }
+}
+
+TEST_CASE("ptxas: the indexed prefill kernels the heuristics choose up to block_m 64 cost no spills",
+          "[nvrtc][ptxas]") {
+  chordrt::test::TempDir t("ptxas-indexed-heuristics");
+  chordrt::JitRuntime rt(chordrt::test::options_for(t.path()));
+  using chordrt::heuristics::IndexedShape;
+  using chordrt::heuristics::W4a16Layout;
+  using chordrt::ops::IndexedPrefillFamily;
+  // Kimi K2 EP8 and TP8, both projections, calls with and without a stream-K workspace (the single ring
+  // at block_m <= 48, stream-K at <= 32, two consumers at 64). (Larger blocks: TP8 down at block_m 128
+  // spills 24 bytes with CUDA 13.0's ptxas.)
+  for (const auto& [n, k, experts] :
+       {std::tuple{4096, 7168, 48}, {7168, 2048, 48}, {512, 7168, 384}, {7168, 256, 384}}) {
+    for (const int block_m : {16, 32, 48, 64}) {
+      for (const bool workspace : {false, true}) {
+        const IndexedShape s{W4a16Layout::kWgmmaK64, n, k, experts};
+        const auto d = IndexedPrefillFamily::descriptor(
+            kHopper,
+            chordrt::ops::indexed_prefill_key(s, block_m, 32LL * block_m * experts, kHopperFacts, {}, workspace));
+        INFO(chordrt::jit::to_string(d));
+        CHECK(compiled_report(rt, d).spill_bytes == 0);
+      }
     }
   }
 }

@@ -108,7 +108,7 @@ std::vector<IndexedDecodeKey> IndexedDecodeFamily::examples(const DeviceFacts&) 
 
 IndexedPrefillKey indexed_prefill_key(const IndexedShape& s, int block_m, int64_t routes, const DeviceFacts& facts,
                                       std::string_view override_spec, bool stream_k_workspace) {
-  const GroupedConfig selected = heuristics::select_indexed_prefill(s, block_m, routes, facts);
+  const GroupedConfig selected = heuristics::select_indexed_prefill(s, block_m, routes, facts, stream_k_workspace);
   if (const std::string why = heuristics::grouped_config_error(gathering_shape(s), selected, facts); !why.empty()) {
     throw_error(CHORD_ERROR_INVALID_ARGUMENT, "indexed_gemm: block_m {} (layout WGMMA_K64): {}", block_m, why);
   }
@@ -268,8 +268,8 @@ size_t indexed_gemm_workspace_size(int32_t block_m, int32_t num_sms) {
 
 // EP or TP: both layouts' packers and GEMMs of both projections, the decode layout for 1..128 tokens per
 // GPU each routing top_k rows here at most (local routed rows 1..128 * top_k), the prefill layout for
-// 64..64K-token steps (tokens * top_k / EP rows here), plus moe_align at every block size the heuristic
-// picks for them.
+// 64..64K-token steps (tokens * top_k / EP rows here; calls with and without a stream-K workspace), plus
+// moe_align at every block size the heuristic picks for them.
 void plan_indexed(const ModelPlanInput& in, PlanBuilder& plan) {
   const MoeModelShape& m = in.model;
   const Deployment& dep = in.deployment;
@@ -299,7 +299,10 @@ void plan_indexed(const ModelPlanInput& in, PlanBuilder& plan) {
           const int64_t rows = std::max<int64_t>(1, tokens * m.top_k / dep.expert_parallel);
           const int bm = heuristics::select_indexed_block_m(s, rows, {}, in.facts);
           add_align(bm);
-          plan.add(IndexedPrefillFamily::descriptor(arch, indexed_prefill_key(s, bm, rows, in.facts)));
+          // Both the call without a workspace and the one with (stream-K where the heuristics take it).
+          for (const bool workspace : {false, true}) {
+            plan.add(IndexedPrefillFamily::descriptor(arch, indexed_prefill_key(s, bm, rows, in.facts, {}, workspace)));
+          }
         }
       }
     }

@@ -153,7 +153,9 @@ RING_CHILD = textwrap.dedent(
 @pytest.mark.parametrize("ring, block_m", [(1, 32), (2, 32), (2, 48)])
 def test_register_rings_with_four_consumers_of_two_slices_match_the_reference(python_runner, ring, block_m):
     code = RING_CHILD.format(tests=str(Path(__file__).resolve().parent), block_m=block_m)
-    proc = python_runner(code, timeout=600, CHORD_INDEXED_CONFIG=f"consumers=4,slices=2,ring={ring}")
+    # Four stages at block_m 48: the deepest ring of its 512-row tiles in 227 KB of shared memory.
+    stages = ",stages=4" if block_m == 48 else ""
+    proc = python_runner(code, timeout=600, CHORD_INDEXED_CONFIG=f"consumers=4,slices=2,ring={ring}{stages}")
     assert proc.result == {"ok": True}, proc.stdout + proc.stderr
 
 
@@ -375,12 +377,18 @@ def test_forced_stream_k_matches_the_reference(python_runner, config, max_block_
     assert proc.result == {"ok": True}, proc.stdout + proc.stderr
 
 
-def test_a_workspace_changes_nothing_while_the_heuristics_leave_stream_k_off():
-    out1, args = run(WGMMA, 4096, 7168, 48, 1024, 8, block_m=32, global_experts=GLOBAL, seed=19, stream_k=True)
+def test_the_heuristics_take_stream_k_with_a_workspace_and_agree_with_whole_tiles():
+    # Kimi K2 EP8 gate_up at 1024 tokens, block_m 32: with a workspace the heuristics run the single ring with
+    # stream-K (tests/indexed_api_test.cpp checks the choice), without one whole tiles. Both against the FP32
+    # reference (run), and against each other: only the summation order of split tiles may differ.
+    with_ws, args = run(WGMMA, 4096, 7168, 48, 1024, 8, block_m=32, global_experts=GLOBAL, seed=19, stream_k=True)
     a, w, sorted_ids, expert_ids, npp, top_k, bm = args
-    out2 = chordrt.indexed_gemm(a, w, sorted_ids, expert_ids, npp, top_k, bm, out=nan_out(*out1.shape))
+    without = chordrt.indexed_gemm(a, w, sorted_ids, expert_ids, npp, top_k, bm, out=nan_out(*with_ws.shape))
     torch.cuda.synchronize()
-    assert torch.equal(out1.view(torch.int16), out2.view(torch.int16))
+    routed = ~torch.isnan(with_ws[:, 0])
+    assert torch.equal(routed, ~torch.isnan(without[:, 0]))
+    diff = (with_ws[routed].float() - without[routed].float()).norm() / without[routed].float().norm()
+    assert diff < 4e-3, diff
 
 
 def test_stream_k_workspace_too_small_or_misaligned_is_rejected():
