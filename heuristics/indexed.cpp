@@ -126,10 +126,11 @@ GroupedConfig select_indexed_prefill(const IndexedShape& s, int block_m, int64_t
     }
   }
   // Stream-K (long K, when the call brings a workspace) balances the last wave, whose tail left a quarter
-  // of the SMs idle at 1024 tokens. Only on the single ring at block_m <= 32, where it was measured to win
-  // (above); with two consumers of two slices it lost 3-11% at 2048-4096 tokens, and at block_m 48 it
-  // was mixed (EP8 gate_up +6%: ptxas spills 4 bytes there; TP8 gate_up -6%).
-  c.stream_k = stream_k_workspace && !short_tiles && c.ring == g::kRingSingle && block_m <= 32 ? 1 : 0;
+  // of the SMs idle at 1024 tokens. Only on the single ring, where it was measured to win at block_m 32
+  // (above) and at 48 where it did not spill (EP8 down 211.5 -> 206.2, TP8 gate_up 426.7 -> 402.1 us; the
+  // spill at EP8 gate_up is gone since); with two consumers of two slices it lost 1-6% at 1024-4096 tokens
+  // where it did not spill either.
+  c.stream_k = stream_k_workspace && !short_tiles && c.ring == g::kRingSingle ? 1 : 0;
   c.stages = grouped_deepest_ring(shape, c, facts);
   return c;
 }

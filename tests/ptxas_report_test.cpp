@@ -125,15 +125,18 @@ TEST_CASE("ptxas: stream-K's partial tiles cost no spills", "[nvrtc][ptxas]") {
   chordrt::test::TempDir t("ptxas-stream-k");
   chordrt::JitRuntime rt(chordrt::test::options_for(t.path()));
   using chordrt::ops::IndexedPrefillFamily;
-  // Long-K Kimi K2 shapes: the heuristics' two consumers of two slices (block_m 32 and 64), and the single
-  // ring's four consumers of two slices (block_m 32, at the 112 registers they get), the accumulators read and
-  // written through global memory. (With 104 registers the single ring spilled 80 bytes at TP8 gate_up; at
-  // block_m 48 with stream-K it spills 4 bytes at EP8 gate_up.)
+  // Long-K Kimi K2 shapes: two consumers of two slices (block_m 32, 64 and 112), and the single ring's four
+  // consumers of two slices (block_m 32 and 48, at the 112 registers they get), the accumulators read and
+  // written through global memory. (With 104 registers the single ring spilled 80 bytes at TP8 gate_up; while
+  // its output rows were loaded before the main loop, stream-K spilled 8 bytes at block_m 48 on the single
+  // ring and 44 at 112 with two consumers.)
   for (const auto& [n, k, experts] : {std::tuple{4096, 7168, 48}, {7168, 2048, 48}, {512, 7168, 384}}) {
     for (const chordrt::ops::IndexedPrefillKey& key :
          {chordrt::ops::IndexedPrefillKey{n, k, experts, 32, 2, 6, 2, 0, 1},
           {n, k, experts, 64, 2, 6, 2, 0, 1},
-          {n, k, experts, 32, 2, 6, 4, 2, 1}}) {
+          {n, k, experts, 112, 2, 6, 2, 0, 1},
+          {n, k, experts, 32, 2, 6, 4, 2, 1},
+          {n, k, experts, 48, 2, 7, 4, 2, 1}}) {
       const auto d = IndexedPrefillFamily::descriptor(kHopper, key);
       INFO(chordrt::jit::to_string(d));
       CHECK(compiled_report(rt, d).spill_bytes == 0);
@@ -149,7 +152,7 @@ TEST_CASE("ptxas: the indexed prefill kernels the heuristics choose up to block_
   using chordrt::heuristics::W4a16Layout;
   using chordrt::ops::IndexedPrefillFamily;
   // Kimi K2 EP8 and TP8, both projections, calls with and without a stream-K workspace (the single ring
-  // at block_m <= 48, stream-K at <= 32, two consumers at 64). (Larger blocks: TP8 down at block_m 128
+  // and stream-K at block_m <= 48, two consumers at 64). (Larger blocks: TP8 down at block_m 128
   // spills 24 bytes with CUDA 13.0's ptxas.)
   for (const auto& [n, k, experts] :
        {std::tuple{4096, 7168, 48}, {7168, 2048, 48}, {512, 7168, 384}, {7168, 256, 384}}) {

@@ -320,17 +320,21 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
     const Segment seg = sched.segment(cursor);
     const int count = STREAM ? seg.kb1 - seg.kb0 : kKBlocks;  // K blocks of this segment
     // Loads whose results are needed only at the end of the tile, issued now so the main loop hides them:
-    // the next tile (its expert id) and, indexed, the output rows this thread stores.
+    // the next tile (its expert id) and, indexed, the output rows this thread stores. Stream-K loads the rows
+    // after its main loop instead: held through it they cost the registers whose lack spilled (NVRTC, 8
+    // bytes at block_m 48 on the single ring, 44 at 112 with two consumers), and most of its segments
+    // store partial sums, not rows.
     auto next_cursor = sched.after(cursor);
     Tile next = tile_at(next_cursor);
     int route[kStores];
-    if constexpr (MODE == kIndexed) {
+    auto load_routes = [&] {
 #pragma unroll
       for (int j = 0; j < kStores; ++j) {
         const int v = tid + 128 * j;
         route[j] = v < BM * kVecPerRow ? routing_route_of(indexed, tile.row0 + v / kVecPerRow) : -1;
       }
-    }
+    };
+    if constexpr (MODE == kIndexed && !STREAM) load_routes();
     bool look = false;  // the next tile's first K block is loaded during this one
     if (!ahead) {
       wait_full(it);
@@ -486,6 +490,7 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
     }
 
     if (store_tile) {
+      if constexpr (STREAM) load_routes();  // latency under the stores to shared memory below
       // Epilogue: accumulator (weight row m, token c) -> shared [token][n] -> 16-byte row stores. Lane (g, t)
       // holds, per 8-token step i, (m = 16*warp + g (+8), c = 8i + 2t (+1)): as BF16 pairs, the fragments of
       // 8x8 matrices (rows m, columns c), which stmatrix.trans stores as [c][m], 16 bytes a token. Lane L
