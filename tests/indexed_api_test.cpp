@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "chordrt/chordrt.h"
@@ -115,40 +116,25 @@ TEST_CASE("every selected indexed config is a valid kernel", "[indexed]") {
   // (512-row tiles) through the k16 step ring up to block_m 40 and the single ring at 48, of one slice
   // (256-row tiles) at 64; from block_m 72 their fragments no longer fit the consumers' registers, and two
   // consumers of two slices take over.
+  namespace g = chord::grouped;
+  // The tiles select_indexed_prefill picks: (consumers, slices, ring).
+  auto tiles = [](const IndexedShape& s, int block_m, int64_t rows) {
+    const auto c = chordrt::heuristics::select_indexed_prefill(s, block_m, rows);
+    return std::tuple{c.consumers, c.slices, c.ring};
+  };
   const IndexedShape tp_down{W4a16Layout::kWgmmaK64, 7168, 256, 384};
-  const auto small = chordrt::heuristics::select_indexed_prefill(tp_down, 32, 8192);
-  CHECK(small.consumers == 4);
-  CHECK(small.slices == 2);
-  CHECK(small.ring == chord::grouped::kRingStep);
-  const auto single = chordrt::heuristics::select_indexed_prefill(tp_down, 48, 16384);
-  CHECK(single.consumers == 4);
-  CHECK(single.slices == 2);
-  CHECK(single.ring == chord::grouped::kRingSingle);
-  const auto medium = chordrt::heuristics::select_indexed_prefill(tp_down, 64, 16384);
-  CHECK(medium.consumers == 4);
-  CHECK(medium.slices == 1);
-  CHECK(medium.ring == chord::grouped::kRingBlock);
+  CHECK(tiles(tp_down, 32, 8192) == std::tuple{4, 2, g::kRingStep});
+  CHECK(tiles(tp_down, 48, 16384) == std::tuple{4, 2, g::kRingSingle});
+  CHECK(tiles(tp_down, 64, 16384) == std::tuple{4, 1, g::kRingBlock});
   // Too few blocks for one 512-row tile per SM (14 tiles per block): four consumers of one slice.
-  const auto few = chordrt::heuristics::select_indexed_prefill(tp_down, 32, 8);
-  CHECK(few.consumers == 4);
-  CHECK(few.slices == 1);
-  CHECK(few.ring == chord::grouped::kRingBlock);
-  const auto large = chordrt::heuristics::select_indexed_prefill(tp_down, 96, 32768);
-  CHECK(large.consumers == 2);
-  CHECK(large.slices == 2);
+  CHECK(tiles(tp_down, 32, 8) == std::tuple{4, 1, g::kRingBlock});
+  CHECK(tiles(tp_down, 96, 32768) == std::tuple{2, 2, g::kRingBlock});
   // Long K (EP8 gate_up): the single ring's four consumers of two slices up to block_m 48, two consumers of
   // two slices above.
   const IndexedShape ep_up{W4a16Layout::kWgmmaK64, 4096, 7168, 48};
-  for (int bm : {32, 48}) {
-    const auto long_k = chordrt::heuristics::select_indexed_prefill(ep_up, bm, 1024);
-    CHECK(long_k.consumers == 4);
-    CHECK(long_k.slices == 2);
-    CHECK(long_k.ring == chord::grouped::kRingSingle);
-  }
-  const auto long_k_64 = chordrt::heuristics::select_indexed_prefill(ep_up, 64, 2048);
-  CHECK(long_k_64.consumers == 2);
-  CHECK(long_k_64.slices == 2);
-  CHECK(long_k_64.ring == chord::grouped::kRingBlock);
+  CHECK(tiles(ep_up, 32, 1024) == std::tuple{4, 2, g::kRingSingle});
+  CHECK(tiles(ep_up, 48, 1024) == std::tuple{4, 2, g::kRingSingle});
+  CHECK(tiles(ep_up, 64, 2048) == std::tuple{2, 2, g::kRingBlock});
   // CHORD_INDEXED_CONFIG: the prefill kernel's fields but block_m, checked by the one config check.
   const auto ring_key = chordrt::ops::indexed_prefill_key(ep_up, 32, 1024, kHopperFacts, "consumers=4,ring=1");
   CHECK(ring_key.consumers == 4);
