@@ -41,13 +41,15 @@ int grouped_consumer_registers(const GroupedShape& s, const GroupedConfig& c) {
   int fragments = 2 * c.slices * steps * 4;  // kRingBlock
   if (c.ring == g::kRingStep) fragments = 2 * c.slices * 4 + c.slices * steps;
   if (c.ring == g::kRingSingle) fragments = c.slices * steps * 4;
+  if (c.ring == g::kRingHalf) fragments = c.slices * steps / 2 * 4;
   // The rest (addresses, indices, loop state): ~40; ~32 for the step ring on long K, where no next tile's
   // first K block is held in flight (NVRTC, four consumers of two slices at K 7168: 96 registers and no
   // spills at block_m 48, 20 bytes of spills at 56), and for the single ring (NVRTC, four consumers of two
   // slices at the 112 registers consumer_registers leaves them: no spills up to block_m 48; at 56, 48 bytes
-  // of spills and ptxas waits after every wgmma). Other configurations keep 40 until measured.
+  // of spills and ptxas waits after every wgmma), and the half ring (long K only). Other configurations keep
+  // 40 until measured.
   const bool look_ahead = s.k / grouped_block_k(s.mode) <= chord::grouped::kShortTileKBlocks;
-  const bool lean = c.ring == g::kRingSingle || (c.ring == g::kRingStep && !look_ahead);
+  const bool lean = g::one_buffer_ring(c.ring) || (c.ring == g::kRingStep && !look_ahead);
   return c.slices * c.block_m / 2 + fragments + (lean ? 32 : 40);
 }
 
@@ -61,8 +63,12 @@ std::string grouped_config_error(const GroupedShape& s, const GroupedConfig& c, 
   }
   if (!g::valid_consumers(c.consumers)) return fmt::format("consumers must be 2 or 4, got {}", c.consumers);
   if (!g::valid_ring(c.ring)) {
-    return fmt::format("ring must be {} (block), {} (step) or {} (single), got {}", g::kRingBlock, g::kRingStep,
-                       g::kRingSingle, c.ring);
+    return fmt::format("ring must be {} (block), {} (step), {} (single) or {} (half), got {}", g::kRingBlock,
+                       g::kRingStep, g::kRingSingle, g::kRingHalf, c.ring);
+  }
+  if (c.ring == g::kRingHalf && s.k / bk <= g::kShortTileKBlocks) {
+    return fmt::format("ring {} (half) needs more than {} K blocks (k > {}), got k {}", g::kRingHalf,
+                       g::kShortTileKBlocks, g::kShortTileKBlocks * bk, s.k);
   }
   if (const int bn = g::block_n(c.slices, c.consumers); s.n < bn || s.n % bn != 0 || s.n > chord::w4a16::kMaxDim) {
     return fmt::format(

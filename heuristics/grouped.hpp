@@ -33,7 +33,7 @@ struct GroupedConfig {
   int slices = 2;     // 64-row weight slices per consumer warpgroup: tile N = 128 * slices
   int stages = 4;     // shared-memory ring depth, one K block per stage
   int consumers = 2;  // consumer warpgroups, 2 or 4: tile N = 64 * slices * consumers
-  int ring = 0;       // chord::grouped::kRingBlock / kRingStep / kRingSingle: the fragment registers' buffering
+  int ring = 0;       // chord::grouped::kRingBlock / kRingStep / kRingSingle / kRingHalf: fragment buffering
   int stream_k = 0;   // 1: stream-K over the caller's workspace (indexed mode, long K; params.cuh)
 };
 

@@ -130,7 +130,7 @@ GroupedConfig select_indexed_prefill(const IndexedShape& s, int block_m, int64_t
   // (above) and at 48 where it did not spill (EP8 down 211.5 -> 206.2, TP8 gate_up 426.7 -> 402.1 us; the
   // spill at EP8 gate_up is gone since); with two consumers of two slices it lost 1-6% at 1024-4096 tokens
   // where it did not spill either.
-  c.stream_k = stream_k_workspace && !short_tiles && c.ring == g::kRingSingle ? 1 : 0;
+  c.stream_k = stream_k_workspace && !short_tiles && g::one_buffer_ring(c.ring) ? 1 : 0;
   c.stages = grouped_deepest_ring(shape, c, facts);
   return c;
 }

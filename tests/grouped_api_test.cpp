@@ -130,8 +130,15 @@ TEST_CASE("grouped config errors name the field", "[grouped]") {
   CHECK(chord::grouped::producer_registers(4, 2) + 4 * chord::grouped::consumer_registers(4, 2) == 480);  // 96 x 5
   CHECK(chord::grouped::consumer_registers(4, 1) == 104);  // the measured rings keep theirs
   CHECK(chord::grouped::consumer_registers(2, 2) == 232);
-  CHECK_THAT(chordrt::heuristics::grouped_config_error(sc, {32, 2, 4, 4, 3}),
-             Contains("ring must be 0 (block), 1 (step) or 2 (single), got 3"));
+  // The half ring holds half a K block of fragments: two slices up to block_m 64, on long K only (the short
+  // tiles' look-ahead loop is the other rings').
+  CHECK(chordrt::heuristics::grouped_config_error(sc, {64, 2, 4, 4, 3}) == "");
+  CHECK_THAT(chordrt::heuristics::grouped_config_error(sc, {72, 2, 4, 4, 3}), Contains("at most 112"));
+  CHECK_THAT(chordrt::heuristics::grouped_config_error(short_k, {32, 2, 4, 4, 3}),
+             Contains("ring 3 (half) needs more than 8 K blocks"));
+  CHECK(chord::grouped::consumer_registers(4, 3) == 112);
+  CHECK_THAT(chordrt::heuristics::grouped_config_error(sc, {32, 2, 4, 4, 4}),
+             Contains("ring must be 0 (block), 1 (step), 2 (single) or 3 (half), got 4"));
   // Their tile is 256 rows with one slice.
   CHECK_THAT(chordrt::heuristics::grouped_config_error({GroupedMode::kContiguous, 4096 + 128, 7168, 48}, {64, 1, 4, 4}),
              Contains("multiple of 256"));

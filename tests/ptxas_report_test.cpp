@@ -103,20 +103,28 @@ TEST_CASE("ptxas: indexed decode fits its 4 CTAs per SM", "[nvrtc][ptxas]") {
   }
 }
 
-TEST_CASE("ptxas: the step and single rings fit four consumers of two slices without spills", "[nvrtc][ptxas]") {
+TEST_CASE("ptxas: the step, single and half rings fit four consumers of two slices without spills", "[nvrtc][ptxas]") {
   chordrt::test::TempDir t("ptxas-register-rings");
   chordrt::JitRuntime rt(chordrt::test::options_for(t.path()));
   using chordrt::ops::IndexedPrefillFamily;
   // Kimi K2 EP8 and TP8, both projections. The step ring at block_m 32 (a K-block ring does not fit there:
   // 2 x 2 x 4 x 4 fragment registers per thread besides 32 accumulators, of the 104 four consumers get); the
   // single ring at block_m 48, its producer at 32 registers leaving each consumer 112 (at 104 this spilled 48
-  // bytes and ptxas serialized every wgmma; Humming's 2048-token tile is 56 x 512, and 56 still needs more).
+  // bytes and ptxas serialized every wgmma; at 56 it still spills); the half ring, half a K block of
+  // fragments, at 56 and 64 on long K (Humming's 2048-token tile is 56 x 512).
   for (const auto& [n, k, experts] :
        {std::tuple{4096, 7168, 48}, {7168, 2048, 48}, {512, 7168, 384}, {7168, 256, 384}}) {
-    for (const auto& [block_m, stages, ring] : {std::tuple{32, 6, 1}, {48, 4, 2}}) {
-      const auto d = IndexedPrefillFamily::descriptor(kHopper, {n, k, experts, block_m, 2, stages, 4, ring, 0});
-      INFO(chordrt::jit::to_string(d));
-      CHECK(compiled_report(rt, d).spill_bytes == 0);
+    for (const auto& [block_m, stages, ring] : {std::tuple{32, 6, 1}, {48, 4, 2}, {56, 5, 3}, {64, 5, 3}}) {
+      if (ring == chord::grouped::kRingHalf && k / 64 <= chord::grouped::kShortTileKBlocks) continue;  // long K
+      const int variants = ring == chord::grouped::kRingHalf ? 2 : 1;                                  // and stream-K
+      for (int stream_k = 0; stream_k < variants; ++stream_k) {
+        const auto d =
+            IndexedPrefillFamily::descriptor(kHopper, {n, k, experts, block_m, 2, stages, 4, ring, stream_k});
+        INFO(chordrt::jit::to_string(d));
+        CHECK(compiled_report(rt, d).spill_bytes == 0);
+        // Wgmmas ptxas cannot keep in flight it issues one at a time, spills or not (C7512).
+        CHECK(rt.disk().load(rt.ensure_compiled(d).key).entry.meta.compile_log.find("serialized") == std::string::npos);
+      }
     }
   }
 }

@@ -10,8 +10,9 @@
 // while they run (wait<1> frees the older buffer and its ring stage); kRingStep does the same one k16 step
 // deep, the block's packed words and scale pairs read into registers once (a wait per step, half the
 // fragment registers); kRingSingle waits for a block's wgmmas before dequantizing the next block into the
-// one buffer, leaving the overlap to the other consumer warpgroups (four of two slices fit their 104
-// registers with one K block of fragments: Humming's arrangement). Dequant is exact per element:
+// one buffer, leaving the overlap to the other consumer warpgroups (four of two slices fit their 112
+// registers with one K block of fragments: Humming's arrangement); kRingHalf does the same by half blocks,
+// so 56-64-token tiles fit. Dequant is exact per element:
 // 0x4300 | nibble is 128 + nibble in BF16, minus 136 gives q, times the group's BF16 scale gives RN(q * s),
 // the unfused BF16 rounding. FP32 accumulators; the epilogue goes through shared memory to 16-byte row
 // stores of the valid rows only.
@@ -54,7 +55,7 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
   static_assert(BM % 8 == 0 && BM >= 8 && BM <= 256, "wgmma N is 8..256 in steps of 8");
   static_assert(N % kBlockN == 0 && K % BLOCK_K == 0, "shape must tile exactly");
   static_assert(valid_consumers(CONSUMERS), "2 or 4 consumer warpgroups");
-  static_assert(valid_ring(RING), "kRingBlock, kRingStep or kRingSingle");
+  static_assert(valid_ring(RING), "kRingBlock, kRingStep, kRingSingle or kRingHalf");
   constexpr bool kStepRing = RING == kRingStep;
   static_assert(setmaxnreg_fits_launch(threads(CONSUMERS), producer_registers(CONSUMERS, RING) +
                                                                CONSUMERS * consumer_registers(CONSUMERS, RING)),
@@ -70,6 +71,7 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
   // the plain loop (H200, v5 in bench/NOTES.md).
   constexpr bool kLookAhead = (RING != kRingBlock || kKBlocks % 2 == 0) && kKBlocks <= kShortTileKBlocks;
   static_assert(!STREAM || (MODE == kIndexed && !kLookAhead), "stream-K: the indexed mode on long K");
+  static_assert(RING != kRingHalf || !kLookAhead, "the half ring: long K");
 
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024 - (smem_address(smem_raw) & 1023)) & 1023);
@@ -187,35 +189,47 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
   // Fragment buffers: two of a whole K block, two of one k16 step (the step ring: the block's packed words
   // and scale pairs then stay in registers and each step is dequantized while the previous one's wgmmas
   // run), or one of a K block (the single ring).
-  constexpr int kFragSteps = kStepRing ? 1 : kSteps;
-  constexpr int kFragBuffers = RING == kRingSingle ? 1 : 2;
+  constexpr int kFragSteps = kStepRing ? 1 : (RING == kRingHalf ? kSteps / 2 : kSteps);
+  constexpr int kFragBuffers = one_buffer_ring(RING) ? 1 : 2;
   uint32_t frag[kFragBuffers][SLICES][kFragSteps][4];
   uint32_t ring_words[SLICES][kSteps];       // step ring: the current K block's words, one per k16 step
   uint32_t ring_scales[SLICES][kGroups][2];  // step ring: its scales, rows g and g + 8, in both halves
   int it = 0;
 
-  // Reads stage `s`'s words and scales for this thread and dequantizes them into frag[BUF].
-  auto load_and_dequant = [&](auto buf_tag, int s) {
-    constexpr int BUF = decltype(buf_tag)::value;
+  // Reads stage `s`'s words and scales of k16 steps [FIRST, FIRST + kFragSteps) for this thread and
+  // dequantizes them into frag[BUF] (the whole block but for the half ring).
+  auto load_and_dequant = [&](auto buf_tag, int s, auto first_tag) {
+    constexpr int BUF = decltype(buf_tag)::value, FIRST = decltype(first_tag)::value;
+    static_assert(FIRST % 2 == 0 && FIRST + kFragSteps <= kSteps && (kFragSteps % 4 == 0 || kFragSteps == 2),
+                  "whole blocks, or halves of a 64-K block: whole scale groups");
     const uint8_t* stage = smem + s * Smem::kStageBytes;
     const uint8_t* w = stage + Smem::kActBytes;
     const bf16* sc = reinterpret_cast<const bf16*>(w + Smem::kWeightBytes);
 #pragma unroll
     for (int j = 0; j < SLICES; ++j) {
       const int slice = consumer * SLICES + j;
-      uint32_t words[kSteps];
+      // A 16-byte chunk holds this thread's words of four k16 steps.
+      auto chunk = [&](int c) {
+        return w + slice * (kSliceRows * BLOCK_K / 2) + ((warp * kChunks + c) * 32 + lane) * 16;
+      };
+      uint32_t words[kFragSteps];
+      if constexpr (kFragSteps % 4 == 0) {
 #pragma unroll
-      for (int c = 0; c < kChunks; ++c) {
-        const uint4 v = *reinterpret_cast<const uint4*>(w + slice * (kSliceRows * BLOCK_K / 2) +
-                                                        ((warp * kChunks + c) * 32 + lane) * 16);
-        words[4 * c + 0] = v.x;
-        words[4 * c + 1] = v.y;
-        words[4 * c + 2] = v.z;
-        words[4 * c + 3] = v.w;
+        for (int c = 0; c < kFragSteps / 4; ++c) {
+          const uint4 v = *reinterpret_cast<const uint4*>(chunk(FIRST / 4 + c));
+          words[4 * c + 0] = v.x;
+          words[4 * c + 1] = v.y;
+          words[4 * c + 2] = v.z;
+          words[4 * c + 3] = v.w;
+        }
+      } else if constexpr (kFragSteps == 2) {
+        const uint2 v = *reinterpret_cast<const uint2*>(chunk(FIRST / 4) + FIRST % 4 * 4);
+        words[0] = v.x;
+        words[1] = v.y;
       }
 #pragma unroll
-      for (int gi = 0; gi < kGroups; ++gi) {
-        const bf16* group_scales = sc + gi * kBlockN + slice * kSliceRows + row_in_slice;
+      for (int gi = 0; gi < kFragSteps / 2; ++gi) {
+        const bf16* group_scales = sc + (FIRST / 2 + gi) * kBlockN + slice * kSliceRows + row_in_slice;
         const uint32_t scale0 = bf16_pair(group_scales[0].bits), scale1 = bf16_pair(group_scales[8].bits);
 #pragma unroll
         for (int h = 0; h < 2; ++h) dequant_int4_word(words[2 * gi + h], scale0, scale1, frag[BUF][j][2 * gi + h]);
@@ -342,7 +356,7 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
         load_block(it % STAGES);
         dequant_step(Const<0>{}, 0);
       } else {
-        load_and_dequant(Const<0>{}, it % STAGES);
+        load_and_dequant(Const<0>{}, it % STAGES, Const<0>{});
       }
     }
     if constexpr (RING == kRingSingle) {
@@ -362,7 +376,25 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
         if (kb + 1 < count) release((it + kb) % STAGES);
         if (more) {
           wait_full(it + kb + 1);
-          load_and_dequant(Const<0>{}, (it + kb + 1) % STAGES);
+          load_and_dequant(Const<0>{}, (it + kb + 1) % STAGES, Const<0>{});
+        }
+      }
+    } else if constexpr (RING == kRingHalf) {
+      // The half ring: the single ring over half blocks. Half 0 of block kb is in the buffer; its wgmmas
+      // complete, half 1 is dequantized from the same stage, its wgmmas complete, and the stage is released
+      // before half 0 of block kb + 1 (but the last block's, which the common code below releases).
+      constexpr int kHalf = kSteps / 2;
+      for (int kb = 0; kb < count; ++kb) {
+        const int s = (it + kb) % STAGES;
+        issue(Const<0>{}, Const<kHalf>{}, s, 0, kb > 0);
+        wgmma_wait<0>();
+        load_and_dequant(Const<0>{}, s, Const<kHalf>{});
+        issue(Const<0>{}, Const<kHalf>{}, s, kHalf, true);
+        wgmma_wait<0>();
+        if (kb + 1 < count) {
+          release(s);
+          wait_full(it + kb + 1);
+          load_and_dequant(Const<0>{}, (it + kb + 1) % STAGES, Const<0>{});
         }
       }
     } else if constexpr (kStepRing) {
@@ -413,7 +445,7 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
           if (kb + 1 < count) wait_full(it + kb + 1);
           wgmma_wait<1>();
           if (kb > 0) release((it + kb - 1) % STAGES);
-          if (kb + 1 < count) load_and_dequant(Const<1>{}, (it + kb + 1) % STAGES);
+          if (kb + 1 < count) load_and_dequant(Const<1>{}, (it + kb + 1) % STAGES, Const<0>{});
         }
         if (kb + 1 < count) {
           const int s = (it + kb + 1) % STAGES;
@@ -422,13 +454,13 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
           wgmma_wait<1>();
           release((it + kb) % STAGES);
           if (kb + 2 < count) {
-            load_and_dequant(Const<0>{}, (it + kb + 2) % STAGES);
+            load_and_dequant(Const<0>{}, (it + kb + 2) % STAGES, Const<0>{});
           } else if constexpr (kLookAhead) {
             skip_idle(next_cursor, next);
             look = !sched.done(next_cursor);
             if (look) {
               wait_full(it + count);
-              load_and_dequant(Const<0>{}, (it + count) % STAGES);
+              load_and_dequant(Const<0>{}, (it + count) % STAGES, Const<0>{});
             }
           }
         }

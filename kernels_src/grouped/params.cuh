@@ -34,20 +34,26 @@ constexpr int kSmemAlign = 1024;  // the kernel aligns its dynamic shared memory
 //   kRingSingle: one K-block buffer; a block's wgmmas complete before the next block is dequantized into
 //                it, so the overlap of dequant and tensor pipe comes from the other consumer warpgroups
 //                (half the block ring's fragment registers: 32 for two slices, so four consumers fit).
-enum : int { kRingBlock = 0, kRingStep = 1, kRingSingle = 2 };
-CHORD_HD constexpr bool valid_ring(int ring) { return ring >= kRingBlock && ring <= kRingSingle; }
+//   kRingHalf:   one half-K-block buffer; the single ring dequantizing and issuing a block in two halves
+//                (16 fragment registers for two slices: with 112 registers four consumers hold 56-64-token
+//                tiles). Long K only.
+enum : int { kRingBlock = 0, kRingStep = 1, kRingSingle = 2, kRingHalf = 3 };
+CHORD_HD constexpr bool valid_ring(int ring) { return ring >= kRingBlock && ring <= kRingHalf; }
+// The rings whose four consumers complete each batch of wgmmas before dequantizing the next one.
+CHORD_HD constexpr bool one_buffer_ring(int ring) { return ring == kRingSingle || ring == kRingHalf; }
 
 // setmaxnreg of the producer warpgroup, and of each consumer: what the producer's release leaves. The launch
 // allocates 65536 / threads rounded down to 8 per thread (168 with 2 consumers, 96 with 4). A producer at 40
-// frees 128 x (168 - 40) = 16384 = 256 x (232 - 168), or 128 x 56 = 7168 >= 512 x (104 - 96). Four single-ring
-// consumers take the producer to 32, which leaves them 112 (128 x 64 = 8192 = 512 x 16): two slices at
-// block_m 48 then compile without spills (NVRTC; at 104 ptxas spilled 48 bytes and serialized every wgmma).
+// frees 128 x (168 - 40) = 16384 = 256 x (232 - 168), or 128 x 56 = 7168 >= 512 x (104 - 96). Four consumers on
+// a one-buffer ring take the producer to 32, which leaves them 112 (128 x 64 = 8192 = 512 x 16), the most the
+// CTA's pool allows (launch: 96, as 104 x 640 > 65536): two slices at block_m 48 (single) or 64 (half) then
+// compile without spills (NVRTC; the single ring at 104 spilled 48 bytes and ptxas serialized every wgmma).
 // The other configurations keep the measured 40 / 104.
 CHORD_HD constexpr int producer_registers(int consumers, int ring) {
-  return consumers == 4 && ring == kRingSingle ? 32 : 40;
+  return consumers == 4 && one_buffer_ring(ring) ? 32 : 40;
 }
 CHORD_HD constexpr int consumer_registers(int consumers, int ring) {
-  return consumers == 2 ? 232 : (ring == kRingSingle ? 112 : 104);
+  return consumers == 2 ? 232 : (one_buffer_ring(ring) ? 112 : 104);
 }
 
 // The STREAM template argument (indexed mode, long K): data-parallel waves, then one stream-K wave. Whole

@@ -31,7 +31,7 @@ struct GroupedGemmFamily : JitFamily<GroupedGemmFamily, GroupedGemmKey> {
       {"slices", &GroupedGemmKey::slices, 1, chord::grouped::kMaxSlices},
       {"stages", &GroupedGemmKey::stages, chord::grouped::kMinStages, chord::grouped::kMaxStages},
       {"consumers", &GroupedGemmKey::consumers, chord::grouped::kMinConsumers, chord::grouped::kMaxConsumers},
-      {"ring", &GroupedGemmKey::ring, 0, 2},
+      {"ring", &GroupedGemmKey::ring, chord::grouped::kRingBlock, chord::grouped::kRingHalf},
   }};
   static KernelProgram program(const GroupedGemmKey& k);
   static std::vector<GroupedGemmKey> examples(const DeviceFacts& facts);

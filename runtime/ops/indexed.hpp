@@ -29,7 +29,7 @@ struct IndexedPrefillFamily : JitFamily<IndexedPrefillFamily, IndexedPrefillKey>
       {"slices", &IndexedPrefillKey::slices, 1, chord::grouped::kMaxSlices},
       {"stages", &IndexedPrefillKey::stages, chord::grouped::kMinStages, chord::grouped::kMaxStages},
       {"consumers", &IndexedPrefillKey::consumers, chord::grouped::kMinConsumers, chord::grouped::kMaxConsumers},
-      {"ring", &IndexedPrefillKey::ring, 0, 2},
+      {"ring", &IndexedPrefillKey::ring, chord::grouped::kRingBlock, chord::grouped::kRingHalf},
       {"stream_k", &IndexedPrefillKey::stream_k, 0, 1},
   }};
   static KernelProgram program(const IndexedPrefillKey& k);

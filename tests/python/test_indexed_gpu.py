@@ -135,7 +135,8 @@ def run(layout, n, k, experts, tokens, top_k, block_m=None, global_experts=None,
 
 # The runtime reads its environment once per process: the forced kernel runs in a fresh interpreter, through
 # this module's run() (poisoned outputs, FP32 reference), at Kimi K2 EP8 and TP8 with block_m 32 (and 48 for
-# the single ring, whose consumers get 112 registers).
+# the single ring, 56 and 64 for the half ring, whose consumers get 112 registers; the half ring only on
+# long K, so not TP8 down).
 RING_CHILD = textwrap.dedent(
     """
     import sys
@@ -144,17 +145,19 @@ RING_CHILD = textwrap.dedent(
     for proj in ("gate_up", "down"):
         for shapes, tokens in ((t.KIMI_EP8, 1024), (t.KIMI_TP8, 256)):
             n, k, e = shapes[proj]
+            if {long_k_only} and k <= 512:
+                continue
             t.run(t.WGMMA, n, k, e, tokens, 8, block_m={block_m}, global_experts=t.GLOBAL, seed=tokens + n)
     print('{{"ok": true}}')
     """
 )
 
 
-@pytest.mark.parametrize("ring, block_m", [(1, 32), (2, 32), (2, 48)])
+@pytest.mark.parametrize("ring, block_m", [(1, 32), (2, 32), (2, 48), (3, 56), (3, 64)])
 def test_register_rings_with_four_consumers_of_two_slices_match_the_reference(python_runner, ring, block_m):
-    code = RING_CHILD.format(tests=str(Path(__file__).resolve().parent), block_m=block_m)
-    # Four stages at block_m 48: the deepest ring of its 512-row tiles in 227 KB of shared memory.
-    stages = ",stages=4" if block_m == 48 else ""
+    code = RING_CHILD.format(tests=str(Path(__file__).resolve().parent), block_m=block_m, long_k_only=ring == 3)
+    # The deepest rings of 512-row tiles in 227 KB of shared memory (384 experts' prefix table included).
+    stages = {48: ",stages=4", 56: ",stages=5", 64: ",stages=5"}.get(block_m, "")
     proc = python_runner(code, timeout=600, CHORD_INDEXED_CONFIG=f"consumers=4,slices=2,ring={ring}{stages}")
     assert proc.result == {"ok": True}, proc.stdout + proc.stderr
 
@@ -367,9 +370,10 @@ STREAM_K_CHILD = textwrap.dedent(
 )
 
 
-# The heuristics' tiles, and the single ring's four consumers of two slices (registers: block_m <= 40).
+# The heuristics' tiles, and the single and half rings' four consumers of two slices.
 @pytest.mark.parametrize("config, max_block_m, n_multiple",
-                         [("stream_k=1", 256, 128), ("consumers=4,slices=2,ring=2,stream_k=1", 32, 512)])
+                         [("stream_k=1", 256, 128), ("consumers=4,slices=2,ring=2,stream_k=1", 32, 512),
+                          ("consumers=4,slices=2,ring=3,stream_k=1", 32, 512)])
 def test_forced_stream_k_matches_the_reference(python_runner, config, max_block_m, n_multiple):
     code = STREAM_K_CHILD.format(tests=str(Path(__file__).resolve().parent), max_block_m=max_block_m,
                                  n_multiple=n_multiple)
