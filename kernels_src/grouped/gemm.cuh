@@ -35,6 +35,16 @@
 
 namespace chord::grouped {
 
+// The output rows (routes) of the tile's tokens this thread stores in the epilogue: -1 for padding.
+template <int BM, int VEC_PER_ROW, int STORES>
+__device__ __forceinline__ void load_routes(int (&route)[STORES], const IndexedRouting& indexed, int tid, int row0) {
+#pragma unroll
+  for (int j = 0; j < STORES; ++j) {
+    const int v = tid + 128 * j;
+    route[j] = v < BM * VEC_PER_ROW ? routing_route_of(indexed, row0 + v / VEC_PER_ROW) : -1;
+  }
+}
+
 // A compile-time int: one of the two fragment register buffers, or a step count (register arrays need
 // constant indices).
 template <int V>
@@ -209,21 +219,20 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
     for (int j = 0; j < SLICES; ++j) {
       const int slice = consumer * SLICES + j;
       // A 16-byte chunk holds this thread's words of four k16 steps.
-      auto chunk = [&](int c) {
-        return w + slice * (kSliceRows * BLOCK_K / 2) + ((warp * kChunks + c) * 32 + lane) * 16;
-      };
       uint32_t words[kFragSteps];
       if constexpr (kFragSteps % 4 == 0) {
 #pragma unroll
         for (int c = 0; c < kFragSteps / 4; ++c) {
-          const uint4 v = *reinterpret_cast<const uint4*>(chunk(FIRST / 4 + c));
+          const uint4 v = *reinterpret_cast<const uint4*>(w + slice * (kSliceRows * BLOCK_K / 2) +
+                                                          ((warp * kChunks + FIRST / 4 + c) * 32 + lane) * 16);
           words[4 * c + 0] = v.x;
           words[4 * c + 1] = v.y;
           words[4 * c + 2] = v.z;
           words[4 * c + 3] = v.w;
         }
       } else if constexpr (kFragSteps == 2) {
-        const uint2 v = *reinterpret_cast<const uint2*>(chunk(FIRST / 4) + FIRST % 4 * 4);
+        const uint2 v = *reinterpret_cast<const uint2*>(
+            w + slice * (kSliceRows * BLOCK_K / 2) + ((warp * kChunks + FIRST / 4) * 32 + lane) * 16 + FIRST % 4 * 4);
         words[0] = v.x;
         words[1] = v.y;
       }
@@ -341,14 +350,7 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
     auto next_cursor = sched.after(cursor);
     Tile next = tile_at(next_cursor);
     int route[kStores];
-    auto load_routes = [&] {
-#pragma unroll
-      for (int j = 0; j < kStores; ++j) {
-        const int v = tid + 128 * j;
-        route[j] = v < BM * kVecPerRow ? routing_route_of(indexed, tile.row0 + v / kVecPerRow) : -1;
-      }
-    };
-    if constexpr (MODE == kIndexed && !STREAM) load_routes();
+    if constexpr (MODE == kIndexed && !STREAM) load_routes<BM, kVecPerRow>(route, indexed, tid, tile.row0);
     bool look = false;  // the next tile's first K block is loaded during this one
     if (!ahead) {
       wait_full(it);
@@ -522,7 +524,8 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
     }
 
     if (store_tile) {
-      if constexpr (STREAM) load_routes();  // latency under the stores to shared memory below
+      // Stream-K: the latency under the stores to shared memory below.
+      if constexpr (MODE == kIndexed && STREAM) load_routes<BM, kVecPerRow>(route, indexed, tid, tile.row0);
       // Epilogue: accumulator (weight row m, token c) -> shared [token][n] -> 16-byte row stores. Lane (g, t)
       // holds, per 8-token step i, (m = 16*warp + g (+8), c = 8i + 2t (+1)): as BF16 pairs, the fragments of
       // 8x8 matrices (rows m, columns c), which stmatrix.trans stores as [c][m], 16 bytes a token. Lane L
