@@ -104,12 +104,12 @@ def _small_descriptors():
     # The gathering mode at K 256, with four consumer warpgroups (short and long K), the step ring's four
     # consumers of two slices (short K: the next tile's first step loaded under the last wgmmas), and the
     # single ring's (long K, and short K where the next tile's first block is dequantized before the epilogue);
-    # stream-K (long K) on the block and single rings.
+    # stream-K (long K) on the block and single rings; the half ring (long K) at 56 and 64, with stream-K at 64.
     for n, k, e, bm, slices, stages, consumers, ring, stream_k in [
             (7168, 256, 384, 96, 2, 7, 2, 0, 0), (4096, 7168, 48, 40, 1, 8, 4, 0, 0), (7168, 256, 384, 64, 1, 6, 4, 0, 0),
             (4096, 7168, 48, 32, 2, 6, 4, 1, 0), (7168, 256, 384, 24, 2, 6, 4, 1, 0), (7168, 2048, 48, 64, 2, 6, 2, 1, 0),
             (4096, 7168, 48, 48, 2, 4, 4, 2, 0), (7168, 256, 384, 32, 2, 4, 4, 2, 0), (4096, 7168, 48, 64, 2, 6, 2, 0, 1),
-            (7168, 2048, 48, 32, 2, 6, 4, 2, 1)]:
+            (7168, 2048, 48, 32, 2, 6, 4, 2, 1), (4096, 7168, 48, 56, 2, 5, 4, 3, 0), (512, 7168, 384, 64, 2, 5, 4, 3, 1)]:
         fields = {"n": n, "k": k, "experts": e, "block_m": bm, "slices": slices, "stages": stages,
                   "consumers": consumers, "ring": ring, "stream_k": stream_k}
         out.append(json.dumps({"family": "indexed.prefill", "arch": "sm_90a", "fields": fields}))
@@ -144,14 +144,15 @@ def test_grouped_epilogues_wait_for_their_last_batch(grouped_cubins):
 
 @needs_tools
 def test_grouped_wgmma_batches_are_not_serialized(grouped_cubins):
-    # Every batch the kernel commits is SLICES wgmmas per k16 step it issues (a K block's steps, or one step
-    # on the step ring), and ptxas marks only its last with gsb0. When register pressure makes ptxas wait
+    # Every batch the kernel commits is SLICES wgmmas per k16 step it issues (a K block's steps, half of them
+    # on the half ring, one step on the step ring), and ptxas marks only its last with gsb0. When register pressure makes ptxas wait
     # after every wgmma (seen: four consumers of two slices on the single ring at block_m 48), each one
     # carries gsb0 and the batches shrink to one.
     for name, descriptor, cubin in grouped_cubins:
         fields = descriptor["fields"]
         block_k = 128 if fields.get("mode") == 1 else 64
-        batch = fields["slices"] * (1 if fields["ring"] == 1 else block_k // 16)
+        steps = {1: 1, 3: block_k // 32}.get(fields["ring"], block_k // 16)
+        batch = fields["slices"] * steps
         sass = subprocess.run([CUOBJDUMP, "-sass", str(cubin)], check=True, capture_output=True, text=True).stdout
         runs, run = [], 0
         for line in sass.splitlines():
