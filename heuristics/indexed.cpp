@@ -113,9 +113,9 @@ GroupedConfig select_indexed_prefill(const IndexedShape& s, int block_m, int64_t
   const int64_t blocks = std::max<int64_t>(std::min<int64_t>(routed_rows, s.experts), routed_rows / block_m);
   const bool short_tiles = s.k / grouped_block_k(GroupedMode::kIndexed) <= g::kShortTileKBlocks;
   const GroupedConfig step{block_m, 2, 2, 4, g::kRingStep}, single{block_m, 2, 2, 4, g::kRingSingle},
-      quarter{block_m, 1, 2, 4}, half{block_m, 2, 2, 2};
+      one_slice{block_m, 1, 2, 4}, two_consumers{block_m, 2, 2, 2};
   const std::vector<GroupedConfig> wide =
-      short_tiles ? std::vector{step, single, quarter, half} : std::vector{single, half};
+      short_tiles ? std::vector{step, single, one_slice, two_consumers} : std::vector{single, two_consumers};
   GroupedConfig c{block_m, 1, 2, 2};
   for (const GroupedConfig& w : wide) {
     const int64_t wide_n = g::block_n(w.slices, w.consumers);
@@ -126,10 +126,10 @@ GroupedConfig select_indexed_prefill(const IndexedShape& s, int block_m, int64_t
     }
   }
   // Stream-K (long K, when the call brings a workspace) balances the last wave, whose tail left a quarter
-  // of the SMs idle at 1024 tokens. Only on the single ring, where it was measured to win at block_m 32
-  // (above) and at 48 where it did not spill (EP8 down 211.5 -> 206.2, TP8 gate_up 426.7 -> 402.1 us; the
-  // spill at EP8 gate_up is gone since); with two consumers of two slices it lost 1-6% at 1024-4096 tokens
-  // where it did not spill either.
+  // of the SMs idle at 1024 tokens. Only on the one-buffer rings, where it was measured to win: at block_m
+  // 32 (above) and at 48, 2048 tokens, EP8 gate_up / EP8 down / TP8 gate_up 412.3 / 217.8 / 408.6 ->
+  // 401.9 / 204.1 / 402.5 us; with two consumers of two slices it lost up to 5.5% at 2048-4096 tokens (H100,
+  // bench/NOTES.md "The single ring and stream-K as the heuristics' choice").
   c.stream_k = stream_k_workspace && !short_tiles && g::one_buffer_ring(c.ring) ? 1 : 0;
   c.stages = grouped_deepest_ring(shape, c, facts);
   return c;
