@@ -45,7 +45,7 @@ int grouped_consumer_registers(const GroupedShape& s, const GroupedConfig& c) {
   // The rest (addresses, indices, loop state): ~40; ~32 for the step ring on long K, where no next tile's
   // first K block is held in flight (NVRTC, four consumers of two slices at K 7168: 96 registers and no
   // spills at block_m 48, 20 bytes of spills at 56), and for the single ring (NVRTC, four consumers of two
-  // slices at the 112 registers consumer_registers leaves them: no spills up to block_m 48; at 56, 48 bytes
+  // slices at the 112 registers consumer_registers leaves them: no spills up to block_m 48; at 56, 80 bytes
   // of spills and ptxas waits after every wgmma), and the half ring (long K only). Other configurations keep
   // 40 until measured.
   const bool look_ahead = s.k / grouped_block_k(s.mode) <= chord::grouped::kShortTileKBlocks;

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <vector>
+#include <span>
 
 namespace chordrt::heuristics {
 
@@ -114,8 +114,8 @@ GroupedConfig select_indexed_prefill(const IndexedShape& s, int block_m, int64_t
   const bool short_tiles = s.k / grouped_block_k(GroupedMode::kIndexed) <= g::kShortTileKBlocks;
   const GroupedConfig step{block_m, 2, 2, 4, g::kRingStep}, single{block_m, 2, 2, 4, g::kRingSingle},
       one_slice{block_m, 1, 2, 4}, two_consumers{block_m, 2, 2, 2};
-  const std::vector<GroupedConfig> wide =
-      short_tiles ? std::vector{step, single, one_slice, two_consumers} : std::vector{single, two_consumers};
+  const GroupedConfig short_k[] = {step, single, one_slice, two_consumers}, long_k[] = {single, two_consumers};
+  const std::span<const GroupedConfig> wide = short_tiles ? std::span<const GroupedConfig>(short_k) : long_k;
   GroupedConfig c{block_m, 1, 2, 2};
   for (const GroupedConfig& w : wide) {
     const int64_t wide_n = g::block_n(w.slices, w.consumers);

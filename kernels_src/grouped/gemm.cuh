@@ -198,7 +198,7 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
   float acc[SLICES][Mma::kAccumulators];
   // Fragment buffers: two of a whole K block, two of one k16 step (the step ring: the block's packed words
   // and scale pairs then stay in registers and each step is dequantized while the previous one's wgmmas
-  // run), or one of a K block (the single ring).
+  // run), one of a K block (the single ring) or of half a K block (the half ring).
   constexpr int kFragSteps = kStepRing ? 1 : (RING == kRingHalf ? kSteps / 2 : kSteps);
   constexpr int kFragBuffers = one_buffer_ring(RING) ? 1 : 2;
   uint32_t frag[kFragBuffers][SLICES][kFragSteps][4];
