@@ -20,6 +20,42 @@ double block_cost(W4a16Layout layout, IndexedProfile profile, int block_m) {
   return 1.0 + block_m / (profile == IndexedProfile::kTensorParallel ? 34.0 : 53.0);
 }
 
+namespace g = chord::grouped;
+
+// The prefill tiles in order of preference at block_m, widest first (select_indexed_prefill's comment says
+// why): four consumer warpgroups of two slices (512-row tiles) through whichever ring holds block_m's
+// accumulators, then narrower ones.
+struct Candidates {
+  GroupedConfig tiles[4];
+  int count;
+  std::span<const GroupedConfig> span() const { return {tiles, static_cast<size_t>(count)}; }
+};
+Candidates prefill_candidates(bool short_tiles, int block_m) {
+  const GroupedConfig step{block_m, 2, 2, 4, g::kRingStep}, single{block_m, 2, 2, 4, g::kRingSingle},
+      half{block_m, 2, 2, 4, g::kRingHalf}, one_slice{block_m, 1, 2, 4}, two_consumers{block_m, 2, 2, 2};
+  if (short_tiles) return {{step, single, one_slice, two_consumers}, 4};
+  return {{single, half, two_consumers}, 3};
+}
+
+bool short_k_tiles(const IndexedShape& s) {
+  return s.k / grouped_block_k(GroupedMode::kIndexed) <= g::kShortTileKBlocks;
+}
+
+bool registers_hold(const GroupedShape& shape, const GroupedConfig& c) {
+  return grouped_consumer_registers(shape, c) <= g::consumer_registers(c.consumers, c.ring);
+}
+
+// Whether a 512-row tile (four consumers of two slices) holds block_m's tokens in one of the rings.
+bool wide_tile_holds(const IndexedShape& s, int block_m) {
+  const GroupedShape shape{GroupedMode::kIndexed, s.n, s.k, s.experts};
+  if (s.n % g::block_n(2, 4) != 0) return false;
+  const Candidates candidates = prefill_candidates(short_k_tiles(s), block_m);
+  for (const GroupedConfig& c : candidates.span()) {
+    if (c.consumers == 4 && c.slices == 2 && registers_hold(shape, c)) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 std::string indexed_shape_error(const IndexedShape& s) {
@@ -79,10 +115,14 @@ int select_indexed_block_m(const IndexedShape& s, int64_t routed_rows, IndexedPr
       mma ? s.n / double{chord::indexed::kDecodeRowsPerCta} : s.n / double{chord::grouped::block_n(2, 2)};
   const double slots = (mma ? double{chord::indexed::kDecodeCtasPerSm} : 1.0) * facts.sm_count;
   double best_time = 0;
-  // wgmma: multiples of 16 (EP8 2048 tokens: block_m 64 ran 566 us, 56 ran 667 us; H200 sweep).
+  // wgmma: multiples of 8 while a 512-row tile holds the block (long K: up to 64 through the half ring;
+  // short K: 48), of 16 above. 2048 tokens at block_m 56 on the half ring, EP8 gate_up / EP8 down / TP8
+  // gate_up: 365.2 / 183.1 / 339.4 us against 374.3 / 185.6 / 382.5 at 64 (H100, bench/NOTES.md "The half
+  // ring measured"); with two-consumer tiles 56 had lost to 64 (H200: 667 against 566 us).
   const int step = mma ? 8 : 16;
   int best = step;
-  for (int bm = step; bm <= cap; bm += step) {
+  for (int bm = step; bm <= cap; bm += 8) {
+    if (!mma && bm % 16 != 0 && !wide_tile_holds(s, bm)) continue;
     const double units = expected_indexed_blocks(s.experts, routed_rows, bm) * units_per_block;
     const double time = std::max(units, slots) * block_cost(s.layout, p, bm);
     if (bm == step || time < best_time * 0.999) {
@@ -95,32 +135,28 @@ int select_indexed_block_m(const IndexedShape& s, int64_t routed_rows, IndexedPr
 
 GroupedConfig select_indexed_prefill(const IndexedShape& s, int block_m, int64_t routed_rows, const DeviceFacts& facts,
                                      bool stream_k_workspace) {
-  namespace g = chord::grouped;
   const GroupedShape shape{GroupedMode::kIndexed, s.n, s.k, s.experts};
   // The widest tiles whose consumers' registers hold them and that still give every SM one, in order of
   // preference. Four consumer warpgroups of two slices (512-row tiles, Humming's width at 1024-2048
   // tokens) halve each consumer's share of the per-tile dequant and epilogue. On short K (TP8 down, K 256)
   // their fragments fit through the k16 step ring up to block_m 40 (1024 tokens at block_m 32: 226 -> 194
   // us against one slice), through the single ring up to 48 (2048 tokens at block_m 48: 294.6 -> 268.5 us
-  // against four consumers of one slice). On long K only the single ring fits them (its producer gives up 8
-  // registers): 1024 tokens at block_m 32, EP8 gate_up / EP8 down / TP8 gate_up 321.7 / 168.8 / 316.0 ->
-  // 293.5 / 158.2 / 289.4 us with stream-K against two consumers of two slices; 2048 tokens at block_m 48,
-  // EP8 gate_up 462.6 -> 394.6 without it (H100, bench/NOTES.md "Stream-K v2 and the single ring
-  // measured"). Then four consumers of one slice (short K only: -13 to -15% against two consumers at
+  // against four consumers of one slice). On long K the single ring fits them up to block_m 48 (its producer
+  // gives up 8 registers): 1024 tokens at block_m 32, EP8 gate_up / EP8 down / TP8 gate_up 321.7 / 168.8 /
+  // 316.0 -> 293.5 / 158.2 / 289.4 us with stream-K against two consumers of two slices; 2048 tokens at
+  // block_m 48, EP8 gate_up 462.6 -> 394.6 without it (H100, bench/NOTES.md "Stream-K v2 and the single ring
+  // measured"); the half ring (16 fragment registers) up to 64: 2048 tokens at block_m 56 with stream-K,
+  // 365.2 / 183.1 us (EP8 gate_up / down) against 401.9 / 204.1 at 48 on the single ring. Then four consumers of one slice (short K only: -13 to -15% against two consumers at
   // block_m <= 64), two of two slices, and at last 128-row tiles, twice as many. This runs on every
   // dispatch, so the blocks are bounded from below (each block holds at most block_m rows; min(rows, E)
   // experts hold one) instead of modelled.
   const int64_t blocks = std::max<int64_t>(std::min<int64_t>(routed_rows, s.experts), routed_rows / block_m);
-  const bool short_tiles = s.k / grouped_block_k(GroupedMode::kIndexed) <= g::kShortTileKBlocks;
-  const GroupedConfig step{block_m, 2, 2, 4, g::kRingStep}, single{block_m, 2, 2, 4, g::kRingSingle},
-      one_slice{block_m, 1, 2, 4}, two_consumers{block_m, 2, 2, 2};
-  const GroupedConfig short_k[] = {step, single, one_slice, two_consumers}, long_k[] = {single, two_consumers};
-  const std::span<const GroupedConfig> wide = short_tiles ? std::span<const GroupedConfig>(short_k) : long_k;
+  const bool short_tiles = short_k_tiles(s);
   GroupedConfig c{block_m, 1, 2, 2};
-  for (const GroupedConfig& w : wide) {
+  const Candidates candidates = prefill_candidates(short_tiles, block_m);
+  for (const GroupedConfig& w : candidates.span()) {
     const int64_t wide_n = g::block_n(w.slices, w.consumers);
-    if (s.n % wide_n == 0 && grouped_consumer_registers(shape, w) <= g::consumer_registers(w.consumers, w.ring) &&
-        blocks * (s.n / wide_n) >= facts.sm_count) {
+    if (s.n % wide_n == 0 && registers_hold(shape, w) && blocks * (s.n / wide_n) >= facts.sm_count) {
       c = w;
       break;
     }

@@ -38,7 +38,8 @@ double expected_indexed_blocks(int experts, int64_t routed_rows, int block_m);
 
 // The block_m to align the routing with (moe_align's block_size) for `routed_rows` routes on this GPU.
 // Minimizes the expected blocks times a block's cost over the layout's block_m range: the mma layout
-// picks 8/16/24; the wgmma layout multiples of 16 up to 128.
+// picks 8/16/24; the wgmma layout multiples of 8 while a 512-row tile holds the block (up to 64 on long K,
+// 48 on short K), of 16 above, up to 128.
 int select_indexed_block_m(const IndexedShape& s, int64_t routed_rows, IndexedProfile profile = IndexedProfile::kAuto,
                            const DeviceFacts& facts = {});
 

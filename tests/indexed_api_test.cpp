@@ -89,6 +89,16 @@ TEST_CASE("indexed block_m follows tokens per expert", "[indexed]") {
   CHECK(select_indexed_block_m(ep_up, 48 * 21) == 32);
   CHECK(select_indexed_block_m(ep_up, 48 * 170) == 96);
   CHECK(select_indexed_block_m(ep_up, 48 * 340) >= 96);
+  // ~43 rows per expert (2048 tokens): 56, where the half ring's 512-row tiles hold it; off the multiples
+  // of 16 only there (short K, TP8 down: the single ring's 48 at most).
+  const IndexedShape tp_down{W4a16Layout::kWgmmaK64, 7168, 256, 384};
+  CHECK(select_indexed_block_m(ep_up, 2048) == 56);
+  CHECK(select_indexed_block_m(tp_up, 2048 * 8) == 56);
+  CHECK(select_indexed_block_m(tp_down, 2048 * 8) == 48);
+  for (int64_t rows = 1; rows <= 65536; rows *= 2) {
+    const int bm = select_indexed_block_m(ep_up, rows);
+    CHECK((bm % 16 == 0 || bm <= 64));
+  }
 }
 
 TEST_CASE("every selected indexed config is a valid kernel", "[indexed]") {
@@ -129,12 +139,14 @@ TEST_CASE("every selected indexed config is a valid kernel", "[indexed]") {
   // Too few blocks for one 512-row tile per SM (14 tiles per block): four consumers of one slice.
   CHECK(tiles(tp_down, 32, 8) == std::tuple{4, 1, g::kRingBlock});
   CHECK(tiles(tp_down, 96, 32768) == std::tuple{2, 2, g::kRingBlock});
-  // Long K (EP8 gate_up): the single ring's four consumers of two slices up to block_m 48, two consumers of
-  // two slices above.
+  // Long K (EP8 gate_up): four consumers of two slices on the single ring up to block_m 48 and on the half
+  // ring up to 64, two consumers of two slices above.
   const IndexedShape ep_up{W4a16Layout::kWgmmaK64, 4096, 7168, 48};
   CHECK(tiles(ep_up, 32, 1024) == std::tuple{4, 2, g::kRingSingle});
   CHECK(tiles(ep_up, 48, 1024) == std::tuple{4, 2, g::kRingSingle});
-  CHECK(tiles(ep_up, 64, 2048) == std::tuple{2, 2, g::kRingBlock});
+  CHECK(tiles(ep_up, 56, 2048) == std::tuple{4, 2, g::kRingHalf});
+  CHECK(tiles(ep_up, 64, 2048) == std::tuple{4, 2, g::kRingHalf});
+  CHECK(tiles(ep_up, 80, 4096) == std::tuple{2, 2, g::kRingBlock});
   // CHORD_INDEXED_CONFIG: the prefill kernel's fields but block_m, checked by the one config check.
   const auto ring_key = chordrt::ops::indexed_prefill_key(ep_up, 32, 1024, kHopperFacts, "consumers=4,ring=1");
   CHECK(ring_key.consumers == 4);
@@ -264,15 +276,19 @@ TEST_CASE("stream-K ranges cover every tile's K blocks once, and a cut tile is f
 TEST_CASE("stream-K is allowed on long K when the call brings a workspace, and only there", "[indexed][stream_k]") {
   const IndexedShape ep_up{W4a16Layout::kWgmmaK64, 4096, 7168, 48};
   const IndexedShape tp_down{W4a16Layout::kWgmmaK64, 7168, 256, 384};
-  // The heuristics take it with a workspace on the single ring (block_m <= 48 on long K; measured faster
-  // there, slower with two consumers: bench/NOTES.md); an override turns it on or off wherever it is valid.
+  // The heuristics take it with a workspace on the one-buffer rings (the single ring to block_m 48, the
+  // half ring to 64 on long K; measured faster there, slower with two consumers: bench/NOTES.md); an
+  // override turns it on or off wherever it is valid.
   CHECK(chordrt::ops::indexed_prefill_key(ep_up, 32, 1024, kHopperFacts).stream_k == 0);
   const auto chosen = chordrt::ops::indexed_prefill_key(ep_up, 32, 1024, kHopperFacts, {}, true);
   CHECK(chosen.stream_k == 1);
   CHECK(chosen.ring == chord::grouped::kRingSingle);
   CHECK_NOTHROW(IndexedPrefillFamily::family().program(IndexedPrefillFamily::descriptor(kHopper, chosen)));
   CHECK(chordrt::ops::indexed_prefill_key(ep_up, 48, 1024, kHopperFacts, {}, true).stream_k == 1);
-  CHECK(chordrt::ops::indexed_prefill_key(ep_up, 64, 2048, kHopperFacts, {}, true).stream_k == 0);
+  const auto half = chordrt::ops::indexed_prefill_key(ep_up, 64, 2048, kHopperFacts, {}, true);
+  CHECK(half.ring == chord::grouped::kRingHalf);
+  CHECK(half.stream_k == 1);
+  CHECK(chordrt::ops::indexed_prefill_key(ep_up, 80, 4096, kHopperFacts, {}, true).stream_k == 0);
   CHECK(chordrt::ops::indexed_prefill_key(tp_down, 32, 8192, kHopperFacts, {}, true).stream_k == 0);
   const auto with = chordrt::ops::indexed_prefill_key(ep_up, 32, 1024, kHopperFacts, "stream_k=1", true);
   CHECK(with.stream_k == 1);

@@ -241,8 +241,8 @@ TEST_CASE("plan_descriptors for a tensor-parallel deployment", "[plan]") {
   const auto align = of_family(ds, "glue.moe_align");
   const auto silu = of_family(ds, "glue.silu_and_mul");
   const auto combine = of_family(ds, "glue.moe_combine");
-  // 5 fixed block sizes plus the indexed family's extra picks (48, 96), each x (one CTA, a cluster of 8).
-  CHECK(align.size() == 14);
+  // 5 fixed block sizes plus the indexed family's extra picks (56, 96, 48), each x (one CTA, a cluster of 8).
+  CHECK(align.size() == 16);
   REQUIRE(silu.size() == 1);
   REQUIRE(combine.size() == 1);
   // Kimi K2 is an INT4 checkpoint: warp decode's kernels for 1..128 tokens, exactly what dispatch picks.
@@ -251,7 +251,7 @@ TEST_CASE("plan_descriptors for a tensor-parallel deployment", "[plan]") {
   const size_t indexed = of_family(ds, "w4a16.pack").size() + of_family(ds, "indexed.prefill").size() +
                          of_family(ds, "indexed.decode").size();
   CHECK(indexed > 0);
-  CHECK(ds.size() == 16 + gate_up.size() + down.size() + indexed);
+  CHECK(ds.size() == align.size() + silu.size() + combine.size() + gate_up.size() + down.size() + indexed);
   const chordrt::heuristics::WarpDecodeShape wd{
       chordrt::heuristics::WeightFormat::kInt4Group32, 7168, 256, 384, 384, 8, false};
   for (int64_t tokens = 1; tokens <= 128; ++tokens) {
@@ -276,8 +276,8 @@ TEST_CASE("plan_descriptors for a tensor-parallel deployment", "[plan]") {
     blocks.push_back(d.get("block_size"));
     clusters.push_back(d.get("cluster"));
   }
-  CHECK(blocks == std::vector<int64_t>{8, 8, 16, 16, 32, 32, 64, 64, 128, 128, 48, 48, 96, 96});
-  CHECK(clusters == std::vector<int64_t>{1, 8, 1, 8, 1, 8, 1, 8, 1, 8, 1, 8, 1, 8});
+  CHECK(blocks == std::vector<int64_t>{8, 8, 16, 16, 32, 32, 64, 64, 128, 128, 56, 56, 96, 96, 48, 48});
+  CHECK(clusters == std::vector<int64_t>{1, 8, 1, 8, 1, 8, 1, 8, 1, 8, 1, 8, 1, 8, 1, 8});
   // Under TP each GPU holds intermediate/TP columns: 2048/8 = 256.
   CHECK(silu[0] == chordrt::ops::SiluAndMulFamily::descriptor(kHopper, chordrt::ops::silu_and_mul_key(256)));
   CHECK(combine[0] ==

@@ -381,11 +381,14 @@ def test_forced_stream_k_matches_the_reference(python_runner, config, max_block_
     assert proc.result == {"ok": True}, proc.stdout + proc.stderr
 
 
-def test_the_heuristics_take_stream_k_with_a_workspace_and_agree_with_whole_tiles():
-    # Kimi K2 EP8 gate_up at 1024 tokens, block_m 32: with a workspace the heuristics run the single ring with
-    # stream-K (tests/indexed_api_test.cpp checks the choice), without one whole tiles. Both against the FP32
-    # reference (run), and against each other: only the summation order of split tiles may differ.
-    with_ws, args = run(WGMMA, 4096, 7168, 48, 1024, 8, block_m=32, global_experts=GLOBAL, seed=19, stream_k=True)
+@pytest.mark.parametrize("tokens, block_m", [(1024, 32), (2048, 56)])
+def test_the_heuristics_take_stream_k_with_a_workspace_and_agree_with_whole_tiles(tokens, block_m):
+    # Kimi K2 EP8 gate_up at 1024 tokens, block_m 32 / 2048 tokens, block_m 56: with a workspace the heuristics
+    # run the single / half ring with stream-K (tests/indexed_api_test.cpp checks the choice), without one
+    # whole tiles. Both against the FP32 reference (run), and against each other: only the summation order of
+    # split tiles may differ.
+    with_ws, args = run(WGMMA, 4096, 7168, 48, tokens, 8, block_m=block_m, global_experts=GLOBAL, seed=19,
+                        stream_k=True)
     a, w, sorted_ids, expert_ids, npp, top_k, bm = args
     without = chordrt.indexed_gemm(a, w, sorted_ids, expert_ids, npp, top_k, bm, out=nan_out(*with_ws.shape))
     torch.cuda.synchronize()
