@@ -34,7 +34,7 @@ Candidates prefill_candidates(bool short_tiles, int block_m) {
   const GroupedConfig step{block_m, 2, 2, 4, g::kRingStep}, single{block_m, 2, 2, 4, g::kRingSingle},
       half{block_m, 2, 2, 4, g::kRingHalf}, one_slice{block_m, 1, 2, 4}, two_consumers{block_m, 2, 2, 2};
   if (short_tiles) return {{step, single, one_slice, two_consumers}, 4};
-  return {{single, half, two_consumers}, 3};
+  return {{half, two_consumers}, 2};
 }
 
 bool short_k_tiles(const IndexedShape& s) {
@@ -141,15 +141,14 @@ GroupedConfig select_indexed_prefill(const IndexedShape& s, int block_m, int64_t
   // tokens) halve each consumer's share of the per-tile dequant and epilogue. On short K (TP8 down, K 256)
   // their fragments fit through the k16 step ring up to block_m 40 (1024 tokens at block_m 32: 226 -> 194
   // us against one slice), through the single ring up to 48 (2048 tokens at block_m 48: 294.6 -> 268.5 us
-  // against four consumers of one slice). On long K the single ring fits them up to block_m 48 (its producer
-  // gives up 8 registers): 1024 tokens at block_m 32, EP8 gate_up / EP8 down / TP8 gate_up 321.7 / 168.8 /
-  // 316.0 -> 293.5 / 158.2 / 289.4 us with stream-K against two consumers of two slices; 2048 tokens at
-  // block_m 48, EP8 gate_up 462.6 -> 394.6 without it (H100, bench/NOTES.md "Stream-K v2 and the single ring
-  // measured"); the half ring (16 fragment registers) up to 64: 2048 tokens at block_m 56 with stream-K,
-  // 365.2 / 183.1 us (EP8 gate_up / down) against 401.9 / 204.1 at 48 on the single ring. Then four consumers of one slice (short K only: -13 to -15% against two consumers at
-  // block_m <= 64), two of two slices, and at last 128-row tiles, twice as many. This runs on every
-  // dispatch, so the blocks are bounded from below (each block holds at most block_m rows; min(rows, E)
-  // experts hold one) instead of modelled.
+  // against four consumers of one slice). On long K the half ring (16 fragment registers, the next half's
+  // shared-memory reads under the current half's wgmmas) fits them up to block_m 64, with stream-K: 2048
+  // tokens at block_m 56, EP8 gate_up / EP8 down 365.2 / 183.1 us against 401.9 / 204.1 at 48 on the single
+  // ring; reading ahead, 372.5 -> 336.8 us at EP8 gate_up 2048 and -2.5 / -3.5% at EP8 / TP8 gate_up 1024
+  // against the single ring (H100, bench/NOTES.md "The half ring v2 measured"). Then four consumers of one
+  // slice (short K only: -13 to -15% against two consumers at block_m <= 64), two of two slices, and at
+  // last 128-row tiles, twice as many. This runs on every dispatch, so the blocks are bounded from below
+  // (each block holds at most block_m rows; min(rows, E) experts hold one) instead of modelled.
   const int64_t blocks = std::max<int64_t>(std::min<int64_t>(routed_rows, s.experts), routed_rows / block_m);
   const bool short_tiles = short_k_tiles(s);
   GroupedConfig c{block_m, 1, 2, 2};

@@ -139,11 +139,11 @@ TEST_CASE("every selected indexed config is a valid kernel", "[indexed]") {
   // Too few blocks for one 512-row tile per SM (14 tiles per block): four consumers of one slice.
   CHECK(tiles(tp_down, 32, 8) == std::tuple{4, 1, g::kRingBlock});
   CHECK(tiles(tp_down, 96, 32768) == std::tuple{2, 2, g::kRingBlock});
-  // Long K (EP8 gate_up): four consumers of two slices on the single ring up to block_m 48 and on the half
-  // ring up to 64, two consumers of two slices above.
+  // Long K (EP8 gate_up): four consumers of two slices on the half ring up to block_m 64, two consumers of
+  // two slices above.
   const IndexedShape ep_up{W4a16Layout::kWgmmaK64, 4096, 7168, 48};
-  CHECK(tiles(ep_up, 32, 1024) == std::tuple{4, 2, g::kRingSingle});
-  CHECK(tiles(ep_up, 48, 1024) == std::tuple{4, 2, g::kRingSingle});
+  CHECK(tiles(ep_up, 32, 1024) == std::tuple{4, 2, g::kRingHalf});
+  CHECK(tiles(ep_up, 48, 1024) == std::tuple{4, 2, g::kRingHalf});
   CHECK(tiles(ep_up, 56, 2048) == std::tuple{4, 2, g::kRingHalf});
   CHECK(tiles(ep_up, 64, 2048) == std::tuple{4, 2, g::kRingHalf});
   CHECK(tiles(ep_up, 80, 4096) == std::tuple{2, 2, g::kRingBlock});
@@ -276,13 +276,12 @@ TEST_CASE("stream-K ranges cover every tile's K blocks once, and a cut tile is f
 TEST_CASE("stream-K is allowed on long K when the call brings a workspace, and only there", "[indexed][stream_k]") {
   const IndexedShape ep_up{W4a16Layout::kWgmmaK64, 4096, 7168, 48};
   const IndexedShape tp_down{W4a16Layout::kWgmmaK64, 7168, 256, 384};
-  // The heuristics take it with a workspace on the one-buffer rings (the single ring to block_m 48, the
-  // half ring to 64 on long K; measured faster there, slower with two consumers: bench/NOTES.md); an
-  // override turns it on or off wherever it is valid.
+  // The heuristics take it with a workspace on the half ring (long K, block_m <= 64; measured faster there,
+  // slower with two consumers: bench/NOTES.md); an override turns it on or off wherever it is valid.
   CHECK(chordrt::ops::indexed_prefill_key(ep_up, 32, 1024, kHopperFacts).stream_k == 0);
   const auto chosen = chordrt::ops::indexed_prefill_key(ep_up, 32, 1024, kHopperFacts, {}, true);
   CHECK(chosen.stream_k == 1);
-  CHECK(chosen.ring == chord::grouped::kRingSingle);
+  CHECK(chosen.ring == chord::grouped::kRingHalf);
   CHECK_NOTHROW(IndexedPrefillFamily::family().program(IndexedPrefillFamily::descriptor(kHopper, chosen)));
   CHECK(chordrt::ops::indexed_prefill_key(ep_up, 48, 1024, kHopperFacts, {}, true).stream_k == 1);
   const auto half = chordrt::ops::indexed_prefill_key(ep_up, 64, 2048, kHopperFacts, {}, true);

@@ -206,44 +206,66 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
   uint32_t ring_scales[SLICES][kGroups][2];  // step ring: its scales, rows g and g + 8, in both halves
   int it = 0;
 
-  // Reads stage `s`'s words and scales of k16 steps [FIRST, FIRST + kFragSteps) for this thread and
-  // dequantizes them into frag[BUF] (the whole block but for the half ring).
-  auto load_and_dequant = [&](auto buf_tag, int s, auto first_tag) {
-    constexpr int BUF = decltype(buf_tag)::value, FIRST = decltype(first_tag)::value;
+  // This thread's packed words and scale pairs (rows g and g + 8) of k16 steps [FIRST, FIRST + kFragSteps) of
+  // a stage, as read from shared memory. The half ring reads the next half's under the current half's
+  // wgmmas and dequantizes them once those are done.
+  struct Packed {
+    uint32_t words[SLICES][kFragSteps];
+    uint32_t scales[SLICES][(kFragSteps + 1) / 2][2];  // (the step ring reads no Packed)
+  };
+  auto load_packed = [&](int s, auto first_tag) {
+    constexpr int FIRST = decltype(first_tag)::value;
     static_assert(FIRST % 2 == 0 && FIRST + kFragSteps <= kSteps && (kFragSteps % 4 == 0 || kFragSteps == 2),
                   "whole blocks, or halves of a 64-K block: whole scale groups");
-    const uint8_t* stage = smem + s * Smem::kStageBytes;
-    const uint8_t* w = stage + Smem::kActBytes;
+    const uint8_t* w = smem + s * Smem::kStageBytes + Smem::kActBytes;
     const bf16* sc = reinterpret_cast<const bf16*>(w + Smem::kWeightBytes);
+    Packed p;
 #pragma unroll
     for (int j = 0; j < SLICES; ++j) {
       const int slice = consumer * SLICES + j;
       // A 16-byte chunk holds this thread's words of four k16 steps.
-      uint32_t words[kFragSteps];
       if constexpr (kFragSteps % 4 == 0) {
 #pragma unroll
         for (int c = 0; c < kFragSteps / 4; ++c) {
           const uint4 v = *reinterpret_cast<const uint4*>(w + slice * (kSliceRows * BLOCK_K / 2) +
                                                           ((warp * kChunks + FIRST / 4 + c) * 32 + lane) * 16);
-          words[4 * c + 0] = v.x;
-          words[4 * c + 1] = v.y;
-          words[4 * c + 2] = v.z;
-          words[4 * c + 3] = v.w;
+          p.words[j][4 * c + 0] = v.x;
+          p.words[j][4 * c + 1] = v.y;
+          p.words[j][4 * c + 2] = v.z;
+          p.words[j][4 * c + 3] = v.w;
         }
       } else if constexpr (kFragSteps == 2) {
         const uint2 v = *reinterpret_cast<const uint2*>(
             w + slice * (kSliceRows * BLOCK_K / 2) + ((warp * kChunks + FIRST / 4) * 32 + lane) * 16 + FIRST % 4 * 4);
-        words[0] = v.x;
-        words[1] = v.y;
+        p.words[j][0] = v.x;
+        p.words[j][1] = v.y;
       }
 #pragma unroll
       for (int gi = 0; gi < kFragSteps / 2; ++gi) {
         const bf16* group_scales = sc + (FIRST / 2 + gi) * kBlockN + slice * kSliceRows + row_in_slice;
-        const uint32_t scale0 = bf16_pair(group_scales[0].bits), scale1 = bf16_pair(group_scales[8].bits);
-#pragma unroll
-        for (int h = 0; h < 2; ++h) dequant_int4_word(words[2 * gi + h], scale0, scale1, frag[BUF][j][2 * gi + h]);
+        p.scales[j][gi][0] = bf16_pair(group_scales[0].bits);
+        p.scales[j][gi][1] = bf16_pair(group_scales[8].bits);
       }
     }
+    return p;
+  };
+  // Dequantizes what load_packed read into frag[BUF].
+  auto dequant_packed = [&](auto buf_tag, const Packed& p) {
+    constexpr int BUF = decltype(buf_tag)::value;
+#pragma unroll
+    for (int j = 0; j < SLICES; ++j) {
+#pragma unroll
+      for (int gi = 0; gi < kFragSteps / 2; ++gi) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          dequant_int4_word(p.words[j][2 * gi + h], p.scales[j][gi][0], p.scales[j][gi][1], frag[BUF][j][2 * gi + h]);
+        }
+      }
+    }
+  };
+  // Stage `s`'s k16 steps [FIRST, FIRST + kFragSteps) into frag[BUF] (the whole block but for the half ring).
+  auto load_and_dequant = [&](auto buf_tag, int s, auto first_tag) {
+    dequant_packed(buf_tag, load_packed(s, first_tag));
   };
 
   // Step ring: reads stage `s`'s words and scales for this thread into registers (as load_and_dequant
@@ -346,11 +368,12 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
     // the next tile (its expert id) and, indexed, the output rows this thread stores. Stream-K loads the rows
     // after its main loop instead: held through it they cost the registers whose lack spilled (NVRTC, 8
     // bytes at block_m 48 on the single ring, 44 at 112 with two consumers), and most of its segments
-    // store partial sums, not rows.
+    // store partial sums, not rows. So does the half ring (4-16 bytes of spills at block_m 64).
     auto next_cursor = sched.after(cursor);
     Tile next = tile_at(next_cursor);
     int route[kStores];
-    if constexpr (MODE == kIndexed && !STREAM) load_routes<BM, kVecPerRow>(route, indexed, tid, tile.row0);
+    constexpr bool kRoutesAfterLoop = STREAM || RING == kRingHalf;
+    if constexpr (MODE == kIndexed && !kRoutesAfterLoop) load_routes<BM, kVecPerRow>(route, indexed, tid, tile.row0);
     bool look = false;  // the next tile's first K block is loaded during this one
     if (!ahead) {
       wait_full(it);
@@ -382,21 +405,29 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
         }
       }
     } else if constexpr (RING == kRingHalf) {
-      // The half ring: the single ring over half blocks. Half 0 of block kb is in the buffer; its wgmmas
-      // complete, half 1 is dequantized from the same stage, its wgmmas complete, and the stage is released
-      // before half 0 of block kb + 1 (but the last block's, which the common code below releases).
+      // The half ring: the single ring over half blocks. Half 0 of block kb is in the buffer; while its
+      // wgmmas run, half 1's words and scales are read from the same stage; once they complete half 1 is
+      // dequantized and issued, and under its wgmmas half 0 of block kb + 1 is read (its stage waited for).
+      // Then the stage is released (but the last block's, which the common code below releases) and the
+      // next half 0 dequantized. Shared-memory latency stays off the warpgroup's chain, as in Humming.
       constexpr int kHalf = kSteps / 2;
       for (int kb = 0; kb < count; ++kb) {
         const int s = (it + kb) % STAGES;
+        const bool more = kb + 1 < count;
         issue(Const<0>{}, Const<kHalf>{}, s, 0, kb > 0);
+        const Packed second = load_packed(s, Const<kHalf>{});
         wgmma_wait<0>();
-        load_and_dequant(Const<0>{}, s, Const<kHalf>{});
+        dequant_packed(Const<0>{}, second);
         issue(Const<0>{}, Const<kHalf>{}, s, kHalf, true);
-        wgmma_wait<0>();
-        if (kb + 1 < count) {
-          release(s);
+        Packed next;
+        if (more) {
           wait_full(it + kb + 1);
-          load_and_dequant(Const<0>{}, (it + kb + 1) % STAGES, Const<0>{});
+          next = load_packed((it + kb + 1) % STAGES, Const<0>{});
+        }
+        wgmma_wait<0>();
+        if (more) {
+          release(s);
+          dequant_packed(Const<0>{}, next);
         }
       }
     } else if constexpr (kStepRing) {
@@ -524,8 +555,8 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
     }
 
     if (store_tile) {
-      // Stream-K: the latency under the stores to shared memory below.
-      if constexpr (MODE == kIndexed && STREAM) load_routes<BM, kVecPerRow>(route, indexed, tid, tile.row0);
+      // Rows loaded after the main loop (stream-K, the half ring): their latency under the stores below.
+      if constexpr (MODE == kIndexed && kRoutesAfterLoop) load_routes<BM, kVecPerRow>(route, indexed, tid, tile.row0);
       // Epilogue: accumulator (weight row m, token c) -> shared [token][n] -> 16-byte row stores. Lane (g, t)
       // holds, per 8-token step i, (m = 16*warp + g (+8), c = 8i + 2t (+1)): as BF16 pairs, the fragments of
       // 8x8 matrices (rows m, columns c), which stmatrix.trans stores as [c][m], 16 bytes a token. Lane L
