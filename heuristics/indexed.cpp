@@ -164,7 +164,9 @@ GroupedConfig select_indexed_prefill(const IndexedShape& s, int block_m, int64_t
   // of the SMs idle at 1024 tokens. Only on the one-buffer rings, where it was measured to win: at block_m
   // 32 (above) and at 48, 2048 tokens, EP8 gate_up / EP8 down / TP8 gate_up 412.3 / 217.8 / 408.6 ->
   // 401.9 / 204.1 / 402.5 us; with two consumers of two slices it lost up to 5.5% at 2048-4096 tokens (H100,
-  // bench/NOTES.md "The single ring and stream-K as the heuristics' choice").
+  // bench/NOTES.md "The single ring and stream-K as the heuristics' choice"). On the half ring at 2048
+  // tokens it wins on EP8 (gate_up 380 against 415-427 us) but where every tile runs whole anyway (TP8
+  // gate_up, 392 tiles) its kernel is 6-11% slower, for a reason not yet found ("The half ring v2 measured").
   c.stream_k = stream_k_workspace && !short_tiles && g::one_buffer_ring(c.ring) ? 1 : 0;
   c.stages = grouped_deepest_ring(shape, c, facts);
   return c;
