@@ -45,6 +45,14 @@ __device__ __forceinline__ void load_routes(int (&route)[STORES], const IndexedR
   }
 }
 
+// A thread's packed words and scale pairs (rows g and g + 8) of STEPS k16 steps of a stage's slices, as read
+// from shared memory: what the rings dequantize into wgmma fragments.
+template <int SLICES, int STEPS>
+struct PackedWords {
+  uint32_t words[SLICES][STEPS];
+  uint32_t scales[SLICES][STEPS / 2][2];  // one pair per 32-K scale group
+};
+
 // A compile-time int: one of the two fragment register buffers, or a step count (register arrays need
 // constant indices).
 template <int V>
@@ -202,31 +210,26 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
   constexpr int kFragSteps = kStepRing ? 1 : (RING == kRingHalf ? kSteps / 2 : kSteps);
   constexpr int kFragBuffers = one_buffer_ring(RING) ? 1 : 2;
   uint32_t frag[kFragBuffers][SLICES][kFragSteps][4];
-  uint32_t ring_words[SLICES][kSteps];       // step ring: the current K block's words, one per k16 step
-  uint32_t ring_scales[SLICES][kGroups][2];  // step ring: its scales, rows g and g + 8, in both halves
+  // Step ring: the current K block's words and scales, read once, dequantized a k16 step at a time.
+  PackedWords<SLICES, kSteps> ring;
   int it = 0;
 
-  // This thread's packed words and scale pairs (rows g and g + 8) of k16 steps [FIRST, FIRST + kFragSteps) of
-  // a stage, as read from shared memory. The half ring reads the next half's under the current half's
-  // wgmmas and dequantizes them once those are done.
-  struct Packed {
-    uint32_t words[SLICES][kFragSteps];
-    uint32_t scales[SLICES][(kFragSteps + 1) / 2][2];  // (the step ring reads no Packed)
-  };
-  auto load_packed = [&](int s, auto first_tag) {
-    constexpr int FIRST = decltype(first_tag)::value;
-    static_assert(FIRST % 2 == 0 && FIRST + kFragSteps <= kSteps && (kFragSteps % 4 == 0 || kFragSteps == 2),
+  // Reads k16 steps [FIRST, FIRST + STEPS) of stage `s` for this thread. The half ring reads the next half's
+  // under the current half's wgmmas and dequantizes them once those are done.
+  auto load_packed = [&](auto steps_tag, int s, auto first_tag) {
+    constexpr int STEPS = decltype(steps_tag)::value, FIRST = decltype(first_tag)::value;
+    static_assert(FIRST % 2 == 0 && FIRST + STEPS <= kSteps && (STEPS % 4 == 0 || STEPS == 2),
                   "whole blocks, or halves of a 64-K block: whole scale groups");
     const uint8_t* w = smem + s * Smem::kStageBytes + Smem::kActBytes;
     const bf16* sc = reinterpret_cast<const bf16*>(w + Smem::kWeightBytes);
-    Packed p;
+    PackedWords<SLICES, STEPS> p;
 #pragma unroll
     for (int j = 0; j < SLICES; ++j) {
       const int slice = consumer * SLICES + j;
       // A 16-byte chunk holds this thread's words of four k16 steps.
-      if constexpr (kFragSteps % 4 == 0) {
+      if constexpr (STEPS % 4 == 0) {
 #pragma unroll
-        for (int c = 0; c < kFragSteps / 4; ++c) {
+        for (int c = 0; c < STEPS / 4; ++c) {
           const uint4 v = *reinterpret_cast<const uint4*>(w + slice * (kSliceRows * BLOCK_K / 2) +
                                                           ((warp * kChunks + FIRST / 4 + c) * 32 + lane) * 16);
           p.words[j][4 * c + 0] = v.x;
@@ -234,14 +237,14 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
           p.words[j][4 * c + 2] = v.z;
           p.words[j][4 * c + 3] = v.w;
         }
-      } else if constexpr (kFragSteps == 2) {
+      } else {
         const uint2 v = *reinterpret_cast<const uint2*>(
             w + slice * (kSliceRows * BLOCK_K / 2) + ((warp * kChunks + FIRST / 4) * 32 + lane) * 16 + FIRST % 4 * 4);
         p.words[j][0] = v.x;
         p.words[j][1] = v.y;
       }
 #pragma unroll
-      for (int gi = 0; gi < kFragSteps / 2; ++gi) {
+      for (int gi = 0; gi < STEPS / 2; ++gi) {
         const bf16* group_scales = sc + (FIRST / 2 + gi) * kBlockN + slice * kSliceRows + row_in_slice;
         p.scales[j][gi][0] = bf16_pair(group_scales[0].bits);
         p.scales[j][gi][1] = bf16_pair(group_scales[8].bits);
@@ -249,8 +252,8 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
     }
     return p;
   };
-  // Dequantizes what load_packed read into frag[BUF].
-  auto dequant_packed = [&](auto buf_tag, const Packed& p) {
+  // Dequantizes what load_packed read (kFragSteps steps) into frag[BUF].
+  auto dequant_packed = [&](auto buf_tag, const auto& p) {
     constexpr int BUF = decltype(buf_tag)::value;
 #pragma unroll
     for (int j = 0; j < SLICES; ++j) {
@@ -265,41 +268,18 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
   };
   // Stage `s`'s k16 steps [FIRST, FIRST + kFragSteps) into frag[BUF] (the whole block but for the half ring).
   auto load_and_dequant = [&](auto buf_tag, int s, auto first_tag) {
-    dequant_packed(buf_tag, load_packed(s, first_tag));
+    dequant_packed(buf_tag, load_packed(Const<kFragSteps>{}, s, first_tag));
   };
 
-  // Step ring: reads stage `s`'s words and scales for this thread into registers (as load_and_dequant
-  // reads them; kept apart so that the K-block ring's SASS stays what was measured).
-  auto load_block = [&](int s) {
-    const uint8_t* w = smem + s * Smem::kStageBytes + Smem::kActBytes;
-    const bf16* sc = reinterpret_cast<const bf16*>(w + Smem::kWeightBytes);
-#pragma unroll
-    for (int j = 0; j < SLICES; ++j) {
-      const int slice = consumer * SLICES + j;
-#pragma unroll
-      for (int c = 0; c < kChunks; ++c) {
-        const uint4 v = *reinterpret_cast<const uint4*>(w + slice * (kSliceRows * BLOCK_K / 2) +
-                                                        ((warp * kChunks + c) * 32 + lane) * 16);
-        ring_words[j][4 * c + 0] = v.x;
-        ring_words[j][4 * c + 1] = v.y;
-        ring_words[j][4 * c + 2] = v.z;
-        ring_words[j][4 * c + 3] = v.w;
-      }
-#pragma unroll
-      for (int gi = 0; gi < kGroups; ++gi) {
-        const bf16* group_scales = sc + gi * kBlockN + slice * kSliceRows + row_in_slice;
-        ring_scales[j][gi][0] = bf16_pair(group_scales[0].bits);
-        ring_scales[j][gi][1] = bf16_pair(group_scales[8].bits);
-      }
-    }
-  };
+  // Step ring: reads stage `s`'s whole K block for this thread into `ring`.
+  auto load_block = [&](int s) { ring = load_packed(Const<kSteps>{}, s, Const<0>{}); };
   // Step ring: dequantizes k16 step `step` of the loaded block into frag[BUF].
   auto dequant_step = [&](auto buf_tag, int step) {
     constexpr int BUF = decltype(buf_tag)::value;
 #pragma unroll
     for (int j = 0; j < SLICES; ++j) {
       const int gi = step * 16 / kGroup;
-      dequant_int4_word(ring_words[j][step], ring_scales[j][gi][0], ring_scales[j][gi][1], frag[BUF][j][0]);
+      dequant_int4_word(ring.words[j][step], ring.scales[j][gi][0], ring.scales[j][gi][1], frag[BUF][j][0]);
     }
   };
 
@@ -415,14 +395,14 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
         const int s = (it + kb) % STAGES;
         const bool more = kb + 1 < count;
         issue(Const<0>{}, Const<kHalf>{}, s, 0, kb > 0);
-        const Packed second = load_packed(s, Const<kHalf>{});
+        const auto second = load_packed(Const<kHalf>{}, s, Const<kHalf>{});
         wgmma_wait<0>();
         dequant_packed(Const<0>{}, second);
         issue(Const<0>{}, Const<kHalf>{}, s, kHalf, true);
-        Packed next;
+        PackedWords<SLICES, kHalf> next;
         if (more) {
           wait_full(it + kb + 1);
-          next = load_packed((it + kb + 1) % STAGES, Const<0>{});
+          next = load_packed(Const<kHalf>{}, (it + kb + 1) % STAGES, Const<0>{});
         }
         wgmma_wait<0>();
         if (more) {
