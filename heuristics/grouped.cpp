@@ -80,8 +80,8 @@ std::string grouped_config_error(const GroupedShape& s, const GroupedConfig& c, 
                        chord::w4a16::kMaxDim, s.k);
   }
   if (c.stream_k != 0 && c.stream_k != 1) return fmt::format("stream_k must be 0 or 1, got {}", c.stream_k);
-  if (c.stream_k == 1 && (s.mode != GroupedMode::kIndexed || s.k / bk <= g::kShortTileKBlocks)) {
-    return fmt::format("stream_k 1 needs the indexed mode and more than {} K blocks (k > {}), got k {}",
+  if (c.stream_k == 1 && (s.mode == GroupedMode::kMasked || s.k / bk <= g::kShortTileKBlocks)) {
+    return fmt::format("stream_k 1 needs the indexed or contiguous mode and more than {} K blocks (k > {}), got k {}",
                        g::kShortTileKBlocks, g::kShortTileKBlocks * bk, s.k);
   }
   if (c.block_m < g::kMinBlockM || c.block_m > g::kMaxBlockM || c.block_m % 8 != 0) {

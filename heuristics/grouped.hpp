@@ -34,7 +34,7 @@ struct GroupedConfig {
   int stages = 4;     // shared-memory ring depth, one K block per stage
   int consumers = 2;  // consumer warpgroups, 2 or 4: tile N = 64 * slices * consumers
   int ring = 0;       // chord::grouped::kRingBlock / kRingStep / kRingSingle / kRingHalf: fragment buffering
-  int stream_k = 0;   // 1: stream-K over the caller's workspace (indexed mode, long K; params.cuh)
+  int stream_k = 0;   // 1: stream-K over the caller's workspace (indexed and contiguous modes, long K; params.cuh)
 };
 
 // Dynamic shared memory of a configuration: chord::grouped::gemm_smem_bytes, the kernel's layout.

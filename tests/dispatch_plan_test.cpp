@@ -164,7 +164,7 @@ TEST_CASE("dry-run dispatch: the grouped GEMMs at the grouped bench's points are
       const chord_w4a16_weight_t contiguous = packed_weight(CHORD_W4A16_LAYOUT_WGMMA_K64, experts, n, k);
       for (int64_t per_expert : {128, 256, 512}) {
         const chord_grouped_contiguous_args_t a{
-            sizeof(a), fake(0), experts * per_expert, &contiguous, fake<const int32_t>(1), fake(2)};
+            sizeof(a), fake(0), experts * per_expert, &contiguous, fake<const int32_t>(1), fake(2), nullptr, 0};
         chordrt::ops::grouped_contiguous(a, nullptr);
       }
       const chord_w4a16_weight_t masked = packed_weight(CHORD_W4A16_LAYOUT_WGMMA_K128, experts, n, k);

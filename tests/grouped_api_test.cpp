@@ -256,7 +256,7 @@ TEST_CASE("grouped GEMMs check their args and reject weights of another layout o
           "[grouped][capi]") {
   int32_t* ids = reinterpret_cast<int32_t*>(g_host);
   chord_w4a16_weight_t w = host_weight(CHORD_W4A16_LAYOUT_WGMMA_K64);
-  chord_grouped_contiguous_args_t c{sizeof c, g_host, 128, &w, ids, g_host};
+  chord_grouped_contiguous_args_t c{sizeof c, g_host, 128, &w, ids, g_host, nullptr, 0};
   chord_grouped_masked_args_t m{sizeof m, g_host, 16, &w, ids, 4, g_host};
   CHECK(chord_grouped_contiguous(nullptr, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
   CHECK_THAT(last_error(), Contains("chord_grouped_contiguous: args is null"));
@@ -310,7 +310,7 @@ TEST_CASE("grouped dispatch in a dry run asks for the planned kernel and encodes
   chord_w4a16_weight_t w = host_weight(CHORD_W4A16_LAYOUT_WGMMA_K64);
   int32_t* ids = reinterpret_cast<int32_t*>(g_host);
   chordrt::DryRun dry(kHopperFacts);
-  const chord_grouped_contiguous_args_t c{sizeof c, g_host, 4 * 128, &w, ids, g_host};
+  const chord_grouped_contiguous_args_t c{sizeof c, g_host, 4 * 128, &w, ids, g_host, nullptr, 0};
   REQUIRE(chord_grouped_contiguous(&c, nullptr) == CHORD_SUCCESS);
   chord_w4a16_weight_t k128 = host_weight(CHORD_W4A16_LAYOUT_WGMMA_K128);
   const chord_grouped_masked_args_t m{sizeof m, g_host, 128, &k128, ids, 16, g_host};
@@ -321,4 +321,76 @@ TEST_CASE("grouped dispatch in a dry run asks for the planned kernel and encodes
         GroupedGemmFamily::descriptor(kHopper, chordrt::ops::grouped_gemm_key(sc, 4 * 128, kHopperFacts)));
   CHECK(dry.descriptors()[1] ==
         GroupedGemmFamily::descriptor(kHopper, chordrt::ops::grouped_gemm_key(sm, 16, kHopperFacts)));
+}
+
+TEST_CASE("contiguous stream-K: asked for by override, over the call's workspace", "[grouped][stream_k]") {
+  const GroupedShape up{GroupedMode::kContiguous, 4096, 7168, 12};
+  auto threw = [](auto&& f) -> std::string {
+    try {
+      f();
+    } catch (const chordrt::Error& e) {
+      CHECK(e.status() == CHORD_ERROR_INVALID_ARGUMENT);
+      return e.what();
+    }
+    return "";
+  };
+  // EP32 at 128 rows an expert: 192 tiles of 128 x 256 on 132 SMs. The heuristics keep whole tiles, with or
+  // without a workspace, until the A/B has run (bench/NOTES.md).
+  CHECK(chordrt::ops::grouped_gemm_key(up, 12 * 128, kHopperFacts, {}, "grouped", true).stream_k == 0);
+  const GroupedGemmKey k = chordrt::ops::grouped_gemm_key(up, 12 * 128, kHopperFacts, "stream_k=1", "grouped", true);
+  CHECK(k.stream_k == 1);
+  CHECK(k.block_m == 128);
+  CHECK_NOTHROW(GroupedGemmFamily::family().program(GroupedGemmFamily::descriptor(kHopper, k)));
+  // Contiguous stream-K keeps no list of live blocks: the same shared memory as whole tiles.
+  CHECK(GroupedGemmFamily::program(k).dynamic_smem ==
+        chordrt::heuristics::grouped_dynamic_smem(up, {k.block_m, k.slices, k.stages, k.consumers, k.ring, 0}));
+  CHECK_THAT(threw([&] { chordrt::ops::grouped_gemm_key(up, 12 * 128, kHopperFacts, "stream_k=1", "op"); }),
+             Contains("op: CHORD_GROUPED_CONFIG=\"stream_k=1\": stream_k 1 needs the call's workspace"));
+  CHECK_THAT(threw([&] {
+               chordrt::ops::grouped_gemm_key(up, 12 * 128, kHopperFacts,
+                                              "stream_k=1,block_m=64,consumers=4,slices=2,ring=3,stages=4", "op", true);
+             }),
+             Contains("block_m 64 and 512 weight rows a tile: the workspace holds tiles of at most 128 x 256"));
+  CHECK_THAT(threw([&] {
+               chordrt::ops::grouped_gemm_key({GroupedMode::kContiguous, 4096, 512, 12}, 12 * 128, kHopperFacts,
+                                              "stream_k=1", "op", true);
+             }),
+             Contains("more than 8 K blocks"));
+  CHECK_THAT(threw([&] {
+               chordrt::ops::grouped_gemm_key({GroupedMode::kMasked, 4096, 7168, 12}, 8, kHopperFacts, "stream_k=1",
+                                              "op", true);
+             }),
+             Contains("needs the indexed or contiguous mode"));
+  // The workspace: the flags of every CTA, then a 128 x 256 FP32 tile of partials per CTA.
+  CHECK(chord_grouped_contiguous_workspace_size(132) ==
+        static_cast<size_t>(chord::grouped::stream_flags_bytes(132) + 132LL * 128 * 256 * 4));
+  CHECK(chord_grouped_contiguous_workspace_size(0) == 0);
+  CHECK(chord_grouped_contiguous_workspace_size(1025) == 0);
+}
+
+TEST_CASE("a contiguous call's workspace is checked, and does not change the heuristics' kernel", "[grouped][capi]") {
+  chord_w4a16_weight_t w = host_weight(CHORD_W4A16_LAYOUT_WGMMA_K64);
+  int32_t* ids = reinterpret_cast<int32_t*>(g_host);
+  chordrt::DryRun dry(kHopperFacts);
+  const int64_t need = static_cast<int64_t>(chord_grouped_contiguous_workspace_size(kHopperFacts.sm_count));
+  chord_grouped_contiguous_args_t c{sizeof c, g_host, 4 * 128, &w, ids, g_host, g_host + 16, need - 1};
+  CHECK(chord_grouped_contiguous(&c, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(last_error(),
+             Contains("workspace_bytes must be at least chord_grouped_contiguous_workspace_size(132 SMs)"));
+  c.workspace = g_host + 8;
+  c.workspace_bytes = need;
+  CHECK(chord_grouped_contiguous(&c, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(last_error(), Contains("workspace"));
+  c.workspace_bytes = -1;
+  CHECK(chord_grouped_contiguous(&c, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(last_error(), Contains("workspace_bytes must be in [0,"));
+  // A struct that ends at `out` (an older caller's) has no workspace.
+  c.struct_size = CHORD_GROUPED_CONTIGUOUS_ARGS_MIN_SIZE;
+  REQUIRE(chord_grouped_contiguous(&c, nullptr) == CHORD_SUCCESS);
+  c.struct_size = sizeof c;
+  c.workspace = g_host + 16;
+  c.workspace_bytes = need;
+  REQUIRE(chord_grouped_contiguous(&c, nullptr) == CHORD_SUCCESS);
+  REQUIRE(dry.descriptors().size() == 2);
+  CHECK(dry.descriptors()[0] == dry.descriptors()[1]);
 }

@@ -294,7 +294,7 @@ TEST_CASE("stream-K is allowed on long K when the call brings a workspace, and o
   CHECK_NOTHROW(IndexedPrefillFamily::family().program(IndexedPrefillFamily::descriptor(kHopper, with)));
   // Short K keeps its look-ahead loop and whole tiles.
   CHECK_THROWS_WITH(chordrt::ops::indexed_prefill_key(tp_down, 32, 8192, kHopperFacts, "stream_k=1", true),
-                    Contains("stream_k 1 needs the indexed mode and more than 8 K blocks"));
+                    Contains("stream_k 1 needs the indexed or contiguous mode and more than 8 K blocks"));
   CHECK_THROWS_WITH(chordrt::ops::indexed_prefill_key(ep_up, 32, 1024, kHopperFacts, "stream_k=1"),
                     Contains("stream_k 1 needs the call's workspace"));
   CHECK(chordrt::ops::indexed_prefill_key(ep_up, 32, 1024, kHopperFacts, "stream_k=0", true).stream_k == 0);
@@ -305,8 +305,11 @@ TEST_CASE("stream-K is allowed on long K when the call brings a workspace, and o
                             chordrt::heuristics::grouped_dynamic_smem(g, {32, 2, 4, 4, 2, 0});
   CHECK(list_cost >= chord::grouped::kMaxStreamBlocks * 2 + 128);  // + alignment to 16 bytes
   CHECK(list_cost < chord::grouped::kMaxStreamBlocks * 2 + 128 + 16);
-  CHECK(chordrt::heuristics::grouped_config_error({chordrt::heuristics::GroupedMode::kContiguous, 4096, 7168, 48}, c) !=
-        "");
+  // Contiguous stream-K takes every row block: no list.
+  const chordrt::heuristics::GroupedShape contiguous{chordrt::heuristics::GroupedMode::kContiguous, 4096, 7168, 48};
+  CHECK(chordrt::heuristics::grouped_config_error(contiguous, c) == "");
+  CHECK(chordrt::heuristics::grouped_dynamic_smem(contiguous, c) ==
+        chordrt::heuristics::grouped_dynamic_smem(contiguous, {32, 2, 4, 4, 2, 0}));
 }
 
 TEST_CASE("the routing check reports the first bad entry", "[indexed]") {

@@ -151,7 +151,7 @@ TEST_CASE("one K64 weight serves the grouped contiguous GEMM and the indexed pre
   CHECK(w.packed == g_host);
   CHECK(w.tag == chordrt::ops::w4a16_weight_tag(w));
   int32_t* ids = reinterpret_cast<int32_t*>(g_host);
-  const chord_grouped_contiguous_args_t c{sizeof c, g_host, 512, &w, ids, g_host};
+  const chord_grouped_contiguous_args_t c{sizeof c, g_host, 512, &w, ids, g_host, nullptr, 0};
   REQUIRE(chord_grouped_contiguous(&c, nullptr) == CHORD_SUCCESS);
   chord_indexed_args_t x{};
   x.struct_size = CHORD_INDEXED_ARGS_MIN_SIZE;  // a caller without the optional validate field

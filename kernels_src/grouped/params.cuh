@@ -56,8 +56,8 @@ CHORD_HD constexpr int consumer_registers(int consumers, int ring) {
   return consumers == 2 ? 232 : (one_buffer_ring(ring) ? 112 : 104);
 }
 
-// The STREAM template argument (indexed mode, long K): data-parallel waves, then one stream-K wave. Whole
-// tiles in the static order (tile i + grid * j) for all waves but the last one or two, so a row block's
+// The STREAM template argument (indexed and contiguous modes, long K): data-parallel waves, then one stream-K
+// wave. Whole tiles in the static order (tile i + grid * j) for all waves but the last one or two, so a row block's
 // column tiles are in flight together and its activations come from L2 after the first read (contiguous
 // ranges over all tiles broke that: bench/NOTES.md "Stream-K v1"); the remaining grid + (tiles mod grid)
 // tiles' K blocks, numbered tile by tile, are split into one equal range per CTA, so every SM finishes
@@ -113,9 +113,9 @@ struct GemmSmemLayout {
   int epilogue_pitch;  // BF16 per token row (+16 bytes: banks)
   int epilogue_bytes, barrier_offset, prefix_offset;
 };
-// After the masked prefix table, stream-K's list of live row blocks (16-bit block ids) and the warps' counts
-// that build it.
-CHORD_HD constexpr int stream_list_bytes(bool stream) { return stream ? kMaxStreamBlocks * 2 + 32 * 4 : 0; }
+// After the masked prefix table, indexed stream-K's list of live row blocks (16-bit block ids) and the warps'
+// counts that build it (contiguous stream-K takes every row block and needs none).
+constexpr int kStreamListBytes = kMaxStreamBlocks * 2 + 32 * 4;
 CHORD_HD constexpr GemmSmemLayout gemm_smem_layout(int bm, int slices, int block_k, int stages, int consumers) {
   GemmSmemLayout l{};
   l.act_chunk_bytes = bm * 128;
@@ -138,8 +138,8 @@ CHORD_HD constexpr int stream_list_offset(const GemmSmemLayout& l, int experts) 
 CHORD_HD constexpr int gemm_smem_bytes(int mode, int bm, int slices, int stages, int experts, int consumers,
                                        bool stream = false) {
   const GemmSmemLayout l = gemm_smem_layout(bm, slices, block_k_of_mode(mode), stages, consumers);
-  const int end =
-      stream ? stream_list_offset(l, experts) + stream_list_bytes(true) : l.prefix_offset + (experts + 1) * 4;
+  const int end = stream && mode == kIndexed ? stream_list_offset(l, experts) + kStreamListBytes
+                                             : l.prefix_offset + (experts + 1) * 4;
   return end + kSmemAlign;
 }
 

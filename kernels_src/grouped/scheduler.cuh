@@ -12,7 +12,9 @@
 // params.cuh), the whole live tiles of its data-parallel waves the same way, then its equal range of the
 // stream-K wave's K blocks, walked from its end back to its start (a range ends in the head of a tile the
 // next CTAs finish: that part first, so its partial is ready early), live tile l being column block
-// l % N_BLOCKS of the (l / N_BLOCKS)-th live row block.
+// l % N_BLOCKS of the (l / N_BLOCKS)-th live row block. Indexed, the live row blocks are those whose expert
+// id is in range, listed once per CTA; contiguous, every row block of A (the host knows their count, and a
+// block of padding rows only, which the caller skips, is rare: the contract pads experts to 128 rows).
 #pragma once
 
 #include "common/routing.cuh"
@@ -58,7 +60,7 @@ struct Scheduler {
   IndexedRouting indexed;  // indexed only
   uint16_t* live_list;     // stream-K: kMaxStreamBlocks block ids, then 32 ints of warp counts
   int indexed_blocks = 0;
-  int live_blocks = 0;  // stream-K: row blocks with an expert in range
+  int live_blocks = 0;  // stream-K: row blocks with an expert in range (indexed), every row block (contiguous)
   bool stream = false;  // stream-K in use (the live blocks fit the list)
   int whole_tiles = 0;  // stream-K: live tiles run whole before the stream-K wave
   // stream-K: the wave's iterations, where they start, and this CTA's range of them (absolute iterations)
@@ -91,12 +93,12 @@ struct Scheduler {
       }
       live_blocks = base;
       stream = live_blocks <= kMaxStreamBlocks && indexed_blocks <= 65536;  // 16-bit block ids
-      const long long tiles = static_cast<long long>(live_blocks) * N_BLOCKS;
-      whole_tiles = static_cast<int>(stream_whole_tiles(tiles, gridDim.x));
-      wave_begin = static_cast<long long>(whole_tiles) * K_BLOCKS;
-      work = (tiles - whole_tiles) * K_BLOCKS;
-      begin = wave_begin + stream_begin(blockIdx.x, work, gridDim.x);
-      end = wave_begin + stream_begin(blockIdx.x + 1, work, gridDim.x);
+      plan_stream_wave();
+    }
+    if constexpr (MODE == kContiguous && STREAM) {
+      live_blocks = (rows + BM - 1) / BM;
+      stream = true;
+      plan_stream_wave();
     }
     if constexpr (MODE == kMasked) {
       // A short serial scan: EXPERTS <= 1024 counts, done once per CTA.
@@ -111,6 +113,16 @@ struct Scheduler {
       }
       __syncthreads();
     }
+  }
+
+  // Stream-K: the whole tiles run before the wave, and this CTA's range of the wave's iterations.
+  __device__ void plan_stream_wave() {
+    const long long tiles = static_cast<long long>(live_blocks) * N_BLOCKS;
+    whole_tiles = static_cast<int>(stream_whole_tiles(tiles, gridDim.x));
+    wave_begin = static_cast<long long>(whole_tiles) * K_BLOCKS;
+    work = (tiles - whole_tiles) * K_BLOCKS;
+    begin = wave_begin + stream_begin(blockIdx.x, work, gridDim.x);
+    end = wave_begin + stream_begin(blockIdx.x + 1, work, gridDim.x);
   }
 
   __device__ int tiles() const {
@@ -139,7 +151,10 @@ struct Scheduler {
     return c.pos >= tiles();
   }
   // Live tile l's index in tile()'s numbering.
-  __device__ int live_tile(int l) const { return live_list[l / N_BLOCKS] * N_BLOCKS + l % N_BLOCKS; }
+  __device__ int live_tile(int l) const {
+    if constexpr (MODE == kContiguous) return l;
+    return live_list[l / N_BLOCKS] * N_BLOCKS + l % N_BLOCKS;
+  }
   __device__ Segment segment(Cursor c) const {
     if (!streaming()) return {static_cast<int>(c.pos), static_cast<int>(c.pos), 0, K_BLOCKS};
     if constexpr (STREAM) {

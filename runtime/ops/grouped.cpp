@@ -6,6 +6,7 @@
 
 #include "kernels_src/indexed/params.cuh"
 #include "runtime/core/math.hpp"
+#include "runtime/driver.hpp"
 #include "runtime/env_config.hpp"
 #include "runtime/launch.hpp"
 #include "runtime/ops/resolve_config.hpp"
@@ -36,14 +37,20 @@ const CUtensorMap& activation_map(const void* a, int64_t rows, int64_t k, int bo
   return tiled_tensor_map(spec, "grouped GEMM activations");
 }
 
-// rows: rows of A (contiguous m, masked G * max_m); rows_param: the kernel's `rows` (m, or max_m).
+// The widest tile whose stream-K partials chord_grouped_contiguous_workspace_size covers.
+constexpr int kWorkspaceBlockM = 128;
+constexpr int kWorkspaceBlockN = g::block_n(g::kMaxSlices, g::kMinConsumers);
+
+// rows: rows of A (contiguous m, masked G * max_m); rows_param: the kernel's `rows` (m, or max_m);
+// workspace: contiguous stream-K scratch (null: none), already checked against its documented size.
 void run_gemm(const char* op, GroupedMode mode, const void* a, int64_t rows, int32_t rows_param, int64_t rows_hint,
-              const chord_w4a16_weight_t& w, const int32_t* routing, void* out, CUstream stream) {
+              const chord_w4a16_weight_t& w, const int32_t* routing, void* out, void* workspace, CUstream stream) {
   const GroupedShape s{mode, w.n, w.k, w.num_experts};
   check_override_syntax<GroupedConfig>(op, "CHORD_GROUPED_CONFIG", env_config().grouped_override,
                                        heuristics::apply_grouped_override);
   const ContextState& ctx = JitRuntime::global().context_for(stream);
-  const GroupedGemmKey key = grouped_gemm_key(s, rows_hint, ctx.facts, env_config().grouped_override, op);
+  const GroupedGemmKey key =
+      grouped_gemm_key(s, rows_hint, ctx.facts, env_config().grouped_override, op, workspace != nullptr);
   const LoadedKernel& kernel = GroupedGemmFamily::kernel(key, ctx, stream);
   // A dry run has no driver to encode with (and launches nothing).
   const CUtensorMap map = kernel.dry_run ? CUtensorMap{} : activation_map(a, rows, w.k, key.block_m);
@@ -52,9 +59,18 @@ void run_gemm(const char* op, GroupedMode mode, const void* a, int64_t rows, int
     tiles = ceil_div<int64_t>(rows, key.block_m) * (w.n / g::block_n(key.slices, key.consumers));
   }
   const auto grid = static_cast<uint32_t>(std::min<int64_t>(tiles, ctx.facts.sm_count));
-  const chord::IndexedRouting unused{};               // the kernel's indexed mode only
-  const chord::grouped::StreamWorkspace no_stream{};  // stream-K: the indexed mode only
-  launch(ctx, kernel, {{grid, 1, 1}, stream}, map, w.packed, w.scale, routing, rows_param, unused, out, no_stream);
+  const chord::IndexedRouting unused{};  // the kernel's indexed mode only
+  chord::grouped::StreamWorkspace stream_ws{};
+  if (key.stream_k) {
+    auto* base = static_cast<uint8_t*>(workspace);
+    stream_ws = {reinterpret_cast<int32_t*>(base), reinterpret_cast<float*>(base + g::stream_flags_bytes(grid))};
+    if (!kernel.dry_run) {
+      check_cuda(require_driver().cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(base), 0,
+                                                   static_cast<size_t>(grid) * g::kMaxConsumers, stream),
+                 "cuMemsetD32Async (stream-K flags)");
+    }
+  }
+  launch(ctx, kernel, {{grid, 1, 1}, stream}, map, w.packed, w.scale, routing, rows_param, unused, out, stream_ws);
 }
 
 }  // namespace
@@ -74,7 +90,7 @@ KernelProgram grouped_gemm_program(std::string_view family, const GroupedShape& 
 }
 
 KernelProgram GroupedGemmFamily::program(const GroupedGemmKey& k) {
-  return grouped_gemm_program(kName, shape_of(k), {k.block_m, k.slices, k.stages, k.consumers, k.ring});
+  return grouped_gemm_program(kName, shape_of(k), {k.block_m, k.slices, k.stages, k.consumers, k.ring, k.stream_k});
 }
 
 std::vector<GroupedGemmKey> GroupedGemmFamily::examples(const DeviceFacts& facts) {
@@ -94,11 +110,22 @@ std::vector<GroupedGemmKey> GroupedGemmFamily::examples(const DeviceFacts& facts
 }
 
 GroupedGemmKey grouped_gemm_key(const GroupedShape& s, int64_t rows_hint, const DeviceFacts& facts,
-                                std::string_view override_spec, const char* op) {
-  const GroupedConfig c =
-      resolve_config(op, "CHORD_GROUPED_CONFIG", std::string(override_spec),
-                     heuristics::select_grouped(s, rows_hint, facts), heuristics::apply_grouped_override,
-                     [&](const GroupedConfig& cfg) { return heuristics::grouped_config_error(s, cfg, facts); });
+                                std::string_view override_spec, const char* op, bool stream_k_workspace) {
+  const GroupedConfig c = resolve_config(
+      op, "CHORD_GROUPED_CONFIG", std::string(override_spec), heuristics::select_grouped(s, rows_hint, facts),
+      heuristics::apply_grouped_override, [&](const GroupedConfig& cfg) {
+        if (std::string why = heuristics::grouped_config_error(s, cfg, facts); !why.empty()) return why;
+        if (cfg.stream_k != 0 && !stream_k_workspace) {
+          return std::string("stream_k 1 needs the call's workspace (chord_grouped_contiguous_args_t.workspace)");
+        }
+        if (cfg.stream_k != 0 &&
+            (cfg.block_m > kWorkspaceBlockM || g::block_n(cfg.slices, cfg.consumers) > kWorkspaceBlockN)) {
+          return fmt::format(
+              "stream_k 1 with block_m {} and {} weight rows a tile: the workspace holds tiles of at most {} x {}",
+              cfg.block_m, g::block_n(cfg.slices, cfg.consumers), kWorkspaceBlockM, kWorkspaceBlockN);
+        }
+        return std::string();
+      });
   return {.mode = static_cast<int>(s.mode),
           .n = static_cast<int>(s.n),
           .k = static_cast<int>(s.k),
@@ -107,7 +134,13 @@ GroupedGemmKey grouped_gemm_key(const GroupedShape& s, int64_t rows_hint, const 
           .slices = c.slices,
           .stages = c.stages,
           .consumers = c.consumers,
-          .ring = c.ring};
+          .ring = c.ring,
+          .stream_k = c.stream_k};
+}
+
+size_t grouped_contiguous_workspace_size(int32_t num_sms) {
+  if (num_sms < 1 || num_sms > 1024) return 0;
+  return static_cast<size_t>(g::stream_workspace_bytes(num_sms, kWorkspaceBlockM, kWorkspaceBlockN));
 }
 
 void grouped_contiguous(const chord_grouped_contiguous_args_t& a, CUstream stream) {
@@ -119,7 +152,20 @@ void grouped_contiguous(const chord_grouped_contiguous_args_t& a, CUstream strea
   require_pointer(a.a, op, "a", 16);
   require_pointer(a.m_indices, op, "m_indices", 4);
   require_pointer(a.out, op, "out", 16);
-  run_gemm(op, GroupedMode::kContiguous, a.a, a.m, static_cast<int32_t>(a.m), a.m, w, a.m_indices, a.out, stream);
+  require_range(a.workspace_bytes, 0, INT64_MAX, op, "workspace_bytes");
+  if (a.workspace) {
+    require_pointer(a.workspace, op, "workspace", 16);
+    const ContextState& ctx = JitRuntime::global().context_for(stream);
+    // Held to its documented size whether or not this call's kernel uses it (as the indexed GEMM's).
+    if (const auto need = static_cast<int64_t>(grouped_contiguous_workspace_size(ctx.facts.sm_count));
+        a.workspace_bytes < need) {
+      throw_error(CHORD_ERROR_INVALID_ARGUMENT,
+                  "{}: workspace_bytes must be at least chord_grouped_contiguous_workspace_size({} SMs) = {}, got {}",
+                  op, ctx.facts.sm_count, need, a.workspace_bytes);
+    }
+  }
+  run_gemm(op, GroupedMode::kContiguous, a.a, a.m, static_cast<int32_t>(a.m), a.m, w, a.m_indices, a.out, a.workspace,
+           stream);
 }
 
 void grouped_masked(const chord_grouped_masked_args_t& a, CUstream stream) {
@@ -132,7 +178,7 @@ void grouped_masked(const chord_grouped_masked_args_t& a, CUstream stream) {
   require_pointer(a.masked_m, op, "masked_m", 4);
   require_pointer(a.out, op, "out", 16);
   run_gemm(op, GroupedMode::kMasked, a.a, static_cast<int64_t>(a.max_m) * w.num_experts, a.max_m,
-           std::min(a.expected_m, a.max_m), w, a.masked_m, a.out, stream);
+           std::min(a.expected_m, a.max_m), w, a.masked_m, a.out, nullptr, stream);
 }
 
 // Under expert parallelism: packers and GEMMs of both projections in both modes, for prefill steps of

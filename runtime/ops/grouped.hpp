@@ -19,10 +19,11 @@ namespace chordrt::ops {
 // (IndexedPrefillFamily).
 struct GroupedGemmKey {
   int mode, n, k, experts, block_m, slices, stages, consumers, ring;
+  int stream_k = 0;  // contiguous, with the call's workspace
 };
 struct GroupedGemmFamily : JitFamily<GroupedGemmFamily, GroupedGemmKey> {
   static constexpr std::string_view kName = "grouped.gemm";
-  static constexpr std::array<KeyField<GroupedGemmKey>, 9> kFields{{
+  static constexpr std::array<KeyField<GroupedGemmKey>, 10> kFields{{
       {"mode", &GroupedGemmKey::mode, chord::grouped::kContiguous, chord::grouped::kMasked},
       {"n", &GroupedGemmKey::n, chord::grouped::block_n(1, chord::grouped::kMinConsumers), chord::w4a16::kMaxDim},
       {"k", &GroupedGemmKey::k, chord::w4a16::block_k(chord::w4a16::Layout::kWgmmaK64), chord::w4a16::kMaxDim},
@@ -32,6 +33,7 @@ struct GroupedGemmFamily : JitFamily<GroupedGemmFamily, GroupedGemmKey> {
       {"stages", &GroupedGemmKey::stages, chord::grouped::kMinStages, chord::grouped::kMaxStages},
       {"consumers", &GroupedGemmKey::consumers, chord::grouped::kMinConsumers, chord::grouped::kMaxConsumers},
       {"ring", &GroupedGemmKey::ring, chord::grouped::kRingBlock, chord::grouped::kRingHalf},
+      {"stream_k", &GroupedGemmKey::stream_k, 0, 1},
   }};
   static KernelProgram program(const GroupedGemmKey& k);
   static std::vector<GroupedGemmKey> examples(const DeviceFacts& facts);
@@ -43,10 +45,16 @@ KernelProgram grouped_gemm_program(std::string_view family, const heuristics::Gr
                                    const heuristics::GroupedConfig& c);
 
 // The key dispatch uses for a shape on a device: the heuristic's configuration for rows_hint, then
-// `override_spec` (CHORD_GROUPED_CONFIG, "" for none) checked by grouped_config_error; `op` names
+// `override_spec` (CHORD_GROUPED_CONFIG, "" for none) checked by grouped_config_error (stream_k 1 also
+// needs stream_k_workspace: a contiguous call's workspace that holds the tile's partials); `op` names
 // errors. The planner calls it with "".
 GroupedGemmKey grouped_gemm_key(const heuristics::GroupedShape& s, int64_t rows_hint, const DeviceFacts& facts,
-                                std::string_view override_spec = {}, const char* op = "grouped");
+                                std::string_view override_spec = {}, const char* op = "grouped",
+                                bool stream_k_workspace = false);
+
+// chord_grouped_contiguous_workspace_size: flags and partials of the widest tile the heuristics pick
+// (block_m 128, 256 weight rows) on num_sms SMs; 0 when num_sms is outside [1, 1024].
+size_t grouped_contiguous_workspace_size(int32_t num_sms);
 
 // The kernels of this family (and its packers) a model's deployment dispatches.
 void plan_grouped(const ModelPlanInput& in, PlanBuilder& plan);

@@ -625,3 +625,81 @@ def test_bad_config_override_is_rejected(python_runner, override_cases, spec, wo
     for name, r in result.items():
         assert r["status"] == int(chordrt.Status.INVALID_ARGUMENT), (spec, name, r)
         assert "CHORD_GROUPED_CONFIG" in r["message"] and word in r["message"], (spec, name, r["message"])
+
+
+# ---- contiguous stream-K (CHORD_GROUPED_CONFIG=stream_k=1 with the call's workspace) ---------------------
+
+# The heuristics keep whole tiles until the A/B has run (bench/NOTES.md, "Contiguous stream-K"); the override
+# turns stream-K on for calls that bring a workspace. The runtime reads its environment once per process, so
+# the forced kernels run in a fresh interpreter: each case against the FP32 reference on poisoned outputs with
+# a garbage-filled workspace, twice (bitwise the same), a call without a workspace and a masked call rejected.
+STREAM_K_CHILD = textwrap.dedent(
+    """
+    import json, sys
+    sys.path.insert(0, {tests!r})
+    import torch, chordrt
+    import test_grouped_gpu as t
+    sms = torch.cuda.get_device_properties(t.DEV).multi_processor_count
+    workspace = torch.full((chordrt.grouped_contiguous_workspace_size(sms),), 0xA5, dtype=torch.uint8, device=t.DEV)
+    result = {{}}
+    dn, dk = t.KIMI["down"]
+    un, uk = t.KIMI["gate_up"]
+    cases = {{
+        # EP32 at 128 rows an expert: 192 tiles of 128 x 256 on 132 SMs, a stream-K wave of 60 + 132 tiles.
+        "gate_up_12x128": (un, uk, 12, [128] * 12, None),
+        "down_12_uneven": (dn, dk, 12, [t.KIMI_COUNTS[i % 8] for i in range(12)], None),
+        # Blocks of padding only (dead tiles inside the wave) and more blocks than SMs in a short wave.
+        "down_dead_blocks": (dn, dk, 12, [0, 300, 0, 0, 129, 1, 0, 0, 0, 256, 0, 5], None),
+        "k576": (*t.SMALL["k576"], [129, 17], None),
+    }}
+    for name, (n, k, e, counts, order) in cases.items():
+        w = t.packed(n, k, e, t.CONTIGUOUS)
+        words, scale = t.source(n, k, e)
+        ids = t.contiguous_ids(counts, order, -1)
+        written = t.contiguous_rows(ids, e)
+        a = t.poison_skipped(t.activations(ids.numel(), k, 23), written)
+        outs = []
+        for _ in range(2):
+            out = t.nan_out(ids.numel(), n)
+            chordrt.grouped_contiguous(a, w, ids, out=out, workspace=workspace)
+            torch.cuda.synchronize()
+            outs.append(out)
+        o = outs[0].float()
+        ref = t.reference(a, words, scale, ids, written)
+        result[name] = {{
+            "untouched_ok": bool(torch.isnan(o[~written]).all().item()) if (~written).any() else True,
+            "finite_ok": bool(torch.isfinite(o[written]).all().item()),
+            "bitwise_repeat": bool(torch.equal(outs[0], outs[1])),
+            "vs_reference": t.mr.error_stats(torch, o[written], ref[written]),
+        }}
+    n, k, e = t.SMALL["k576"]
+    ids = t.contiguous_ids([129, 17], None, -1)
+    a = t.activations(ids.numel(), k, 3)
+    rejected = {{}}
+    try:
+        chordrt.grouped_contiguous(a, t.packed(n, k, e, t.CONTIGUOUS), ids)
+    except chordrt.ChordError as err:
+        rejected["no_workspace"] = err.message
+    try:
+        n, k, e = t.SMALL["small"]
+        mm = torch.tensor([3, 0, 16], dtype=torch.int32, device=t.DEV)
+        chordrt.grouped_masked(t.activations(e * 16, k, 3), t.packed(n, k, e, t.MASKED), mm, 4)
+    except chordrt.ChordError as err:
+        rejected["masked"] = err.message
+    result["rejected"] = rejected
+    print(json.dumps(result))
+    """
+)
+
+
+def test_contiguous_stream_k_matches_the_reference(python_runner):
+    code = STREAM_K_CHILD.format(tests=str(Path(__file__).resolve().parent))
+    proc = python_runner(code, timeout=600, CHORD_GROUPED_CONFIG="stream_k=1")
+    assert proc.result is not None, f"no result from the child:\n{proc.stdout}\n{proc.stderr}"
+    rejected = proc.result.pop("rejected")
+    assert "stream_k 1 needs the call's workspace" in rejected.get("no_workspace", ""), rejected
+    assert "needs the indexed or contiguous mode" in rejected.get("masked", ""), rejected
+    for name, r in proc.result.items():
+        print(f"stream-K {name}: vs reference {r['vs_reference']['rel_err']:.3e} / {r['vs_reference']['cosine']:.6f}")
+        assert r["untouched_ok"] and r["finite_ok"] and r["bitwise_repeat"], (name, r)
+        assert r["vs_reference"]["rel_err"] < MAX_REL_ERR and r["vs_reference"]["cosine"] > MIN_COSINE, (name, r)

@@ -270,8 +270,21 @@ typedef struct chord_grouped_contiguous_args {
   const chord_w4a16_weight_t* weight; /* layout WGMMA_K64 */
   const int32_t* m_indices;           /* [m] expert of each row; -1 = padding row */
   void* out;                          /* [m, N] BF16 */
+  /* Optional (may be left out of a smaller struct): stream-K scratch, as chord_indexed_args_t's. With it a
+   * configuration that takes stream-K (CHORD_GROUPED_CONFIG="stream_k=1" for now; the heuristics do not
+   * yet) splits the last wave's K blocks so every SM ends together; without it (NULL) whole tiles are
+   * scheduled statically. >= chord_grouped_contiguous_workspace_size(number of SMs) bytes, 16-byte aligned,
+   * contents any (the call clears what it needs on the stream); calls running at the same time need their
+   * own. */
+  void* workspace;
+  int64_t workspace_bytes;
 } chord_grouped_contiguous_args_t;
-#define CHORD_GROUPED_CONTIGUOUS_ARGS_MIN_SIZE sizeof(chord_grouped_contiguous_args_t)
+#define CHORD_GROUPED_CONTIGUOUS_ARGS_MIN_SIZE CHORD_ARGS_SIZE_UNTIL(chord_grouped_contiguous_args_t, out)
+
+/* Bytes of chord_grouped_contiguous_args_t's stream-K workspace on a GPU of num_sms SMs (1..1024), for tiles of
+ * up to 128 rows of a and 256 weight rows (every configuration the heuristics pick); 0 when num_sms is out of
+ * range. */
+CHORD_API size_t chord_grouped_contiguous_workspace_size(int32_t num_sms);
 
 /* out = a times the weight of expert m_indices[row]. Each expert's rows are contiguous and padded to a
  * multiple of 128; a padding row (-1, or an id outside [0, E)) is skipped and not written. */

@@ -34,6 +34,7 @@ __all__ = [
     "GroupedMaskedArgs",
     "grouped_contiguous",
     "grouped_contiguous_raw",
+    "grouped_contiguous_workspace_size",
     "grouped_masked",
     "grouped_masked_raw",
 ]
@@ -45,6 +46,7 @@ class GroupedContiguousArgs(SizedStruct):
     """chord_grouped_contiguous_args_t (pointer fields are raw device addresses)."""
 
     _c_name_ = "chord_grouped_contiguous_args_t"
+    _min_field_ = "out"
     _fields_ = [
         ("struct_size", ctypes.c_size_t),
         ("a", ctypes.c_void_p),  # BF16 [m, K]
@@ -52,6 +54,8 @@ class GroupedContiguousArgs(SizedStruct):
         ("weight", ctypes.POINTER(W4a16Weight)),  # layout WGMMA_K64
         ("m_indices", ctypes.c_void_p),  # const int32_t* [m]
         ("out", ctypes.c_void_p),  # BF16 [m, N]
+        ("workspace", ctypes.c_void_p),  # optional: stream-K scratch
+        ("workspace_bytes", ctypes.c_int64),
     ]
 
 
@@ -72,6 +76,7 @@ class GroupedMaskedArgs(SizedStruct):
 
 prototype("chord_grouped_contiguous", STATUS_T, [ctypes.POINTER(GroupedContiguousArgs), STREAM_T])
 prototype("chord_grouped_masked", STATUS_T, [ctypes.POINTER(GroupedMaskedArgs), STREAM_T])
+prototype("chord_grouped_contiguous_workspace_size", ctypes.c_size_t, [ctypes.c_int32])
 
 _CONTIGUOUS_NEEDS = ("grouped_contiguous needs a weight packed with layout WGMMA_K64 "
                      "(w4a16_pack(..., W4a16Layout.WGMMA_K64))")
@@ -80,7 +85,17 @@ _MASKED_NEEDS = "grouped_masked needs a weight packed with layout WGMMA_K128 (w4
 # ---- grouped_contiguous -----------------------------------------------------------------------------
 
 
-def grouped_contiguous_raw(a, m, weight, m_indices, out, stream=None) -> None:
+def grouped_contiguous_workspace_size(num_sms: int) -> int:
+    """chord_grouped_contiguous_workspace_size(): bytes of the stream-K workspace on a GPU of num_sms SMs
+    (torch: torch.cuda.get_device_properties(d).multi_processor_count)."""
+    op = "grouped_contiguous_workspace_size"
+    n = lib().chord_grouped_contiguous_workspace_size(check_int(num_sms, op, "num_sms"))
+    if n == 0:
+        raise invalid(op, f"num_sms must be in [1, 1024], got {num_sms}")
+    return int(n)
+
+
+def grouped_contiguous_raw(a, m, weight, m_indices, out, stream=None, *, workspace=0, workspace_bytes=0) -> None:
     """chord_grouped_contiguous() on raw device addresses (ints) and an explicit m; stream a CUstream."""
     op = "grouped_contiguous"
     w = weight_struct(weight, op)
@@ -90,11 +105,13 @@ def grouped_contiguous_raw(a, m, weight, m_indices, out, stream=None) -> None:
         weight=ctypes.pointer(w),
         m_indices=address(m_indices, op, "m_indices"),
         out=address(out, op, "out"),
+        workspace=address(workspace, op, "workspace") if workspace else None,
+        workspace_bytes=size(workspace_bytes, op, "workspace_bytes"),
     )
     check(lib().chord_grouped_contiguous(ctypes.byref(args), raw_stream(stream)))
 
 
-def _grouped_contiguous_torch(torch, a, weight, m_indices, out, stream, m):
+def _grouped_contiguous_torch(torch, a, weight, m_indices, out, stream, m, workspace):
     op = "grouped_contiguous"
     w = weight_struct(weight, op)
     call = TorchCall(torch, op, stream)
@@ -109,24 +126,32 @@ def _grouped_contiguous_torch(torch, a, weight, m_indices, out, stream, m):
     if out is None:
         out = torch.empty((rows, w.n), dtype=torch.bfloat16, device=call.device)
     call.tensor(out, "out", torch.bfloat16, shape=(rows, w.n))
+    ws, ws_bytes = 0, 0
+    if workspace is not None:
+        call.tensor(workspace, "workspace", torch.uint8, ndim=1)
+        ws, ws_bytes = workspace.data_ptr(), workspace.numel()
     with call.guard():  # m == 0 too: the library still checks the weight
-        grouped_contiguous_raw(a.data_ptr(), rows, w, m_indices.data_ptr(), out.data_ptr(), call.stream())
+        grouped_contiguous_raw(a.data_ptr(), rows, w, m_indices.data_ptr(), out.data_ptr(), call.stream(),
+                               workspace=ws, workspace_bytes=ws_bytes)
     return out
 
 
-def grouped_contiguous(a, weight, m_indices, out=None, stream=None, *, m: Optional[int] = None):
+def grouped_contiguous(a, weight, m_indices, out=None, stream=None, *, m: Optional[int] = None, workspace=None,
+                       workspace_bytes: int = 0):
     """chord_grouped_contiguous(): out[r] = a[r] @ W[m_indices[r]]^T for each row r (prefill).
 
     weight: a W4a16PackedWeight of layout W4a16Layout.WGMMA_K64. torch: a bf16 [m, K]; m_indices int32
     [m]: each expert's rows contiguous and padded to a multiple of 128 with -1 (rows whose id is -1 or
     outside [0, E) are neither computed nor written); out bf16 [m, N] (allocated with torch.empty when
-    not given, so padding rows hold garbage then) is returned.
+    not given, so padding rows hold garbage then) is returned. workspace: optional stream-K scratch (a uint8
+    tensor of at least grouped_contiguous_workspace_size(SMs) bytes; raw: an address and workspace_bytes).
     Raw pointers: m must be given; returns None.
     """
     torch = torch_module_of(a, m_indices, out)
     if torch is not None:
-        return _grouped_contiguous_torch(torch, a, weight, m_indices, out, stream, m)
-    grouped_contiguous_raw(a, m, weight, m_indices, out, stream)
+        return _grouped_contiguous_torch(torch, a, weight, m_indices, out, stream, m, workspace)
+    grouped_contiguous_raw(a, m, weight, m_indices, out, stream, workspace=workspace or 0,
+                           workspace_bytes=workspace_bytes)
     return None
 
 
