@@ -95,12 +95,17 @@ def _small_descriptors():
                                               (0, 256, 576, 2, 64, 2, 4), (1, 4096, 7168, 48, 48, 2, 6),
                                               (0, 512, 256, 4, 128, 2, 6)]:
         fields = {"mode": mode, "n": n, "k": k, "experts": e, "block_m": bm, "slices": slices, "stages": stages,
-                  "consumers": 2, "ring": 0}
+                  "consumers": 2, "ring": 0, "stream_k": 0}
         out.append(json.dumps({"family": "grouped.gemm", "arch": "sm_90a", "fields": fields}))
     # The step ring (a wait per k16 step) in the masked mode.
     fields = {"mode": 1, "n": 4096, "k": 7168, "experts": 48, "block_m": 16, "slices": 2, "stages": 3,
-              "consumers": 4, "ring": 1}
+              "consumers": 4, "ring": 1, "stream_k": 0}
     out.append(json.dumps({"family": "grouped.gemm", "arch": "sm_90a", "fields": fields}))
+    # Contiguous stream-K (the override's kernel: EP32 gate_up and down tiles).
+    for n, k in [(4096, 7168), (7168, 2048)]:
+        fields = {"mode": 0, "n": n, "k": k, "experts": 12, "block_m": 128, "slices": 2, "stages": 4,
+                  "consumers": 2, "ring": 0, "stream_k": 1}
+        out.append(json.dumps({"family": "grouped.gemm", "arch": "sm_90a", "fields": fields}))
     # The gathering mode at K 256, with four consumer warpgroups (short and long K), the step ring's four
     # consumers of two slices (short K: the next tile's first step loaded under the last wgmmas), and the
     # single ring's (long K, and short K where the next tile's first block is dequantized before the epilogue);
