@@ -26,6 +26,18 @@ alignas(64) unsigned char g_host[4096];
 
 std::string last_error() { return chord_last_error(); }
 
+// What f throws (checked to be INVALID_ARGUMENT), or "" when it does not throw.
+template <class F>
+std::string invalid_argument_of(F&& f) {
+  try {
+    f();
+  } catch (const chordrt::Error& e) {
+    CHECK(e.status() == CHORD_ERROR_INVALID_ARGUMENT);
+    return e.what();
+  }
+  return "";
+}
+
 // A weight as w4a16_pack fills it (pack itself needs a driver), on host memory: nothing is launched.
 chord_w4a16_weight_t host_weight(chord_w4a16_layout_t layout) {
   chord_w4a16_weight_t w{};
@@ -188,33 +200,24 @@ TEST_CASE("grouped shared memory matches a hand count of the kernel's layout", "
 
 TEST_CASE("grouped descriptors name the field, its range and the value", "[grouped]") {
   using Catch::Matchers::Equals;
-  auto error_of = [](auto&& f) -> std::string {
-    try {
-      f();
-    } catch (const chordrt::Error& e) {
-      CHECK(e.status() == CHORD_ERROR_INVALID_ARGUMENT);
-      return e.what();
-    }
-    return "";
-  };
-  CHECK_THAT(error_of([] {
+  CHECK_THAT(invalid_argument_of([] {
                GroupedGemmFamily::descriptor(kHopper, {0, 4096, 7168, 48, 264, 1, 4, 2, 0});
              }),
              Equals("grouped.gemm: block_m must be in [8, 256], got 264"));
-  CHECK_THAT(error_of([] {
+  CHECK_THAT(invalid_argument_of([] {
                GroupedGemmFamily::descriptor(kHopper, {2, 4096, 7168, 48, 64, 1, 4, 2, 0});
              }),
              Equals("grouped.gemm: mode must be in [0, 1], got 2"));
-  CHECK_THAT(error_of([] {
+  CHECK_THAT(invalid_argument_of([] {
                GroupedGemmFamily::descriptor(kHopper, {0, 4096, 7168, 2000, 64, 1, 4, 2, 0});
              }),
              Equals("grouped.gemm: experts must be in [1, 1024], got 2000"));
   // In range but not a kernel: program() says which field.
-  CHECK_THAT(error_of([] {
+  CHECK_THAT(invalid_argument_of([] {
                GroupedGemmFamily::program({0, 4096, 7168, 48, 12, 1, 4, 2, 0});
              }),
              Equals("grouped.gemm: block_m must be a multiple of 8 in [8, 256], got 12"));
-  CHECK_THAT(error_of([] {
+  CHECK_THAT(invalid_argument_of([] {
                GroupedGemmFamily::program({1, 4096, 7168 + 64, 48, 16, 1, 4, 2, 0});
              }),
              Contains("k must be a positive multiple of 128"));
@@ -246,8 +249,9 @@ TEST_CASE("CHORD_GROUPED_CONFIG goes through the one check", "[grouped]") {
     }
     return "";
   };
-  CHECK_THAT(threw("block_m=12"), Contains("grouped_masked: CHORD_GROUPED_CONFIG=\"block_m=12\": block_m must be a "
-                                           "multiple of 8 in [8, 256], got 12"));
+  CHECK_THAT(threw("block_m=12"),
+             Contains("grouped_masked: CHORD_GROUPED_CONFIG=\"block_m=12\": block_m must be a "
+                      "multiple of 8 in [8, 256], got 12"));
   CHECK_THAT(threw("stages=16"), Contains("shared memory"));
   CHECK_THAT(threw("warps=4"), Contains("unknown key"));
 }
@@ -325,15 +329,6 @@ TEST_CASE("grouped dispatch in a dry run asks for the planned kernel and encodes
 
 TEST_CASE("contiguous stream-K: asked for by override, over the call's workspace", "[grouped][stream_k]") {
   const GroupedShape up{GroupedMode::kContiguous, 4096, 7168, 12};
-  auto threw = [](auto&& f) -> std::string {
-    try {
-      f();
-    } catch (const chordrt::Error& e) {
-      CHECK(e.status() == CHORD_ERROR_INVALID_ARGUMENT);
-      return e.what();
-    }
-    return "";
-  };
   // EP32 at 128 rows an expert: 192 tiles of 128 x 256 on 132 SMs. The heuristics keep whole tiles, with or
   // without a workspace, until the A/B has run (bench/NOTES.md).
   CHECK(chordrt::ops::grouped_gemm_key(up, 12 * 128, kHopperFacts, {}, "grouped", true).stream_k == 0);
@@ -344,19 +339,20 @@ TEST_CASE("contiguous stream-K: asked for by override, over the call's workspace
   // Contiguous stream-K keeps no list of live blocks: the same shared memory as whole tiles.
   CHECK(GroupedGemmFamily::program(k).dynamic_smem ==
         chordrt::heuristics::grouped_dynamic_smem(up, {k.block_m, k.slices, k.stages, k.consumers, k.ring, 0}));
-  CHECK_THAT(threw([&] { chordrt::ops::grouped_gemm_key(up, 12 * 128, kHopperFacts, "stream_k=1", "op"); }),
-             Contains("op: CHORD_GROUPED_CONFIG=\"stream_k=1\": stream_k 1 needs the call's workspace"));
-  CHECK_THAT(threw([&] {
+  CHECK_THAT(
+      invalid_argument_of([&] { chordrt::ops::grouped_gemm_key(up, 12 * 128, kHopperFacts, "stream_k=1", "op"); }),
+      Contains("op: CHORD_GROUPED_CONFIG=\"stream_k=1\": stream_k 1 needs the call's workspace"));
+  CHECK_THAT(invalid_argument_of([&] {
                chordrt::ops::grouped_gemm_key(up, 12 * 128, kHopperFacts,
                                               "stream_k=1,block_m=64,consumers=4,slices=2,ring=3,stages=4", "op", true);
              }),
              Contains("block_m 64 and 512 weight rows a tile: the workspace holds tiles of at most 128 x 256"));
-  CHECK_THAT(threw([&] {
+  CHECK_THAT(invalid_argument_of([&] {
                chordrt::ops::grouped_gemm_key({GroupedMode::kContiguous, 4096, 512, 12}, 12 * 128, kHopperFacts,
                                               "stream_k=1", "op", true);
              }),
              Contains("more than 8 K blocks"));
-  CHECK_THAT(threw([&] {
+  CHECK_THAT(invalid_argument_of([&] {
                chordrt::ops::grouped_gemm_key({GroupedMode::kMasked, 4096, 7168, 12}, 8, kHopperFacts, "stream_k=1",
                                               "op", true);
              }),
