@@ -249,9 +249,8 @@ TEST_CASE("CHORD_GROUPED_CONFIG goes through the one check", "[grouped]") {
     }
     return "";
   };
-  CHECK_THAT(threw("block_m=12"),
-             Contains("grouped_masked: CHORD_GROUPED_CONFIG=\"block_m=12\": block_m must be a "
-                      "multiple of 8 in [8, 256], got 12"));
+  CHECK_THAT(threw("block_m=12"), Contains("grouped_masked: CHORD_GROUPED_CONFIG=\"block_m=12\": block_m must be a "
+                                           "multiple of 8 in [8, 256], got 12"));
   CHECK_THAT(threw("stages=16"), Contains("shared memory"));
   CHECK_THAT(threw("warps=4"), Contains("unknown key"));
 }
