@@ -5,6 +5,7 @@
 #include <string>
 
 #include "chordrt/chordrt.h"
+#include "chordrt/chordrt.hpp"
 #include "heuristics/grouped.hpp"
 #include "runtime/jit_runtime.hpp"
 #include "runtime/ops/grouped.hpp"
@@ -360,7 +361,7 @@ TEST_CASE("contiguous stream-K: asked for by override, over the call's workspace
   CHECK(chord_grouped_contiguous_workspace_size(132) ==
         static_cast<size_t>(chord::grouped::stream_flags_bytes(132) + 132LL * 128 * 256 * 4));
   CHECK(chord_grouped_contiguous_workspace_size(0) == 0);
-  CHECK(chord_grouped_contiguous_workspace_size(1025) == 0);
+  CHECK(chordrt::grouped_contiguous_workspace_size(1025) == 0);  // the C++ mirror
 }
 
 TEST_CASE("a contiguous call's workspace is checked, and does not change the heuristics' kernel", "[grouped][capi]") {
