@@ -4,7 +4,10 @@
 Kimi K2 (384 experts) at EP8 / EP16 / EP32 (48 / 24 / 12 local experts), both expert projections (gate_up
 N=4096 K=7168, down N=7168 K=2048), both modes: contiguous (prefill; every expert the same aligned row
 count, 128 / 256 / 512) and masked (decode; every expert the same token count, 8 / 16 / 32 / 64, max_m
-the next multiple of 128, expected_m = the count). Per point: median µs over CUDA-graph replays that
+the next multiple of 128, expected_m = the count). `--model` measures another public MoE shape the same way
+(issue 15's "not tuned to Kimi only"): Qwen3-235B-A22B (128 experts, gate_up N=3072 K=4096, down N=4096 K=1536)
+or Qwen3-30B-A3B (128 experts, gate_up N=1536 K=2048, down N=2048 K=768), EP degrees as given (16 / 8 local
+experts at EP8 / EP16); its rows carry "model". Per point: median µs over CUDA-graph replays that
 rotate input sets (activations, routing, outputs) and weight sets (different experts of a generated
 pool, so the weights stream from HBM, not L2); TFLOP/s = 2 * valid rows * N * K; bytes = packed weights
 (N*K/2) and scales (N*K/16) of the touched experts + activation rows read + output rows written (valid
@@ -32,7 +35,7 @@ call, timed with the same CUDA-graph replays as chordrt, and checked against the
 get peer_us {"humming": µs}, vs_peer {"humming": chordrt_us / peer_us} (< 1: chordrt faster), peer_error and
 peer_config (gemm type, shape_m, its tuning config and block size); a point where it fails gets peer_failed and
 the run goes on; without the package the column is left out (one line says so).
-Usage: grouped_bench.py [--json FILE | --out FILE] [--quick] [--eps 8,16,32] [--projections gate_up,down]
+Usage: grouped_bench.py [--json FILE | --out FILE] [--model NAME] [--quick] [--eps 8,16,32] [--projections gate_up,down]
                         [--modes contiguous,masked] [--rows 128,256,512] [--tokens 8,16,32,64] [--budget-s S]
                         [--no-baseline] [--no-peers]
        grouped_bench.py --profile "EP8,gate_up,masked,16"   (a few untimed calls, for ncu)
@@ -57,9 +60,14 @@ from humming_peer import (HUMMING_LOCKS, announce_peer, heuristic_tuning, hummin
 import w4a16_goals
 from w4a16_weights import checkpoint_pool, dequant_bf16
 
-GLOBAL_EXPERTS = 384
 EPS = (8, 16, 32)
-PROJECTIONS = {"gate_up": (4096, 7168), "down": (7168, 2048)}  # name -> (N, K)
+# The measured MoE shapes: global experts and name -> (N, K) of each projection (gate_up N = 2 x intermediate).
+MODELS = {
+    w4a16_goals.KIMI: (384, {"gate_up": (4096, 7168), "down": (7168, 2048)}),
+    "Qwen3-235B-A22B": (128, {"gate_up": (3072, 4096), "down": (4096, 1536)}),
+    "Qwen3-30B-A3B": (128, {"gate_up": (1536, 2048), "down": (2048, 768)}),
+}
+PROJECTIONS = MODELS[w4a16_goals.KIMI][1]  # the projection names (every model has both)
 MODES = ("contiguous", "masked")
 LAYOUT = {"contiguous": "WGMMA_K64", "masked": "WGMMA_K128"}  # the W4a16Layout each GEMM reads
 ROWS = (128, 256, 512)  # contiguous rows per expert
@@ -245,11 +253,12 @@ def peer_humming(point, hweights, ref, n_isets, replays, rounds, row):
                         n_isets, replays, rounds)
 
 
-def bench_group(ep, proj, pool, modes, rows_list, tokens_list, ceil, args, deadline, skipped):
-    """All points of one (EP, projection): weight sets packed per mode, BF16 copies for the baseline, Humming's
-    conversion of them (one for both modes: its layout does not depend on the gemm type)."""
-    n, k = PROJECTIONS[proj]
-    experts = GLOBAL_EXPERTS // ep
+def bench_group(model, ep, proj, pool, modes, rows_list, tokens_list, ceil, args, deadline, skipped):
+    """All points of one (model, EP, projection): weight sets packed per mode, BF16 copies for the baseline,
+    Humming's conversion of them (one for both modes: its layout does not depend on the gemm type)."""
+    global_experts, projections = MODELS[model]
+    n, k = projections[proj]
+    experts = global_experts // ep
     words, scale = pool
     n_wsets = weight_sets_for(experts, n, k, args.quick)
     n_isets = -(-max(INPUT_SETS, n_wsets) // n_wsets) * n_wsets
@@ -262,7 +271,7 @@ def bench_group(ep, proj, pool, modes, rows_list, tokens_list, ceil, args, deadl
         packed = [chordrt.w4a16_pack(w, s, LAYOUT[mode]) for w, s in wsets]
         torch.cuda.synchronize()
         for per_expert in (rows_list if mode == "contiguous" else tokens_list):
-            label = f"EP{ep} {proj} {mode} {per_expert}"
+            label = f"{model} EP{ep} {proj} {mode} {per_expert}"
             if deadline is not None and time.monotonic() > deadline:
                 skipped.append(label)
                 continue
@@ -270,7 +279,7 @@ def bench_group(ep, proj, pool, modes, rows_list, tokens_list, ceil, args, deadl
             torch.cuda.synchronize()
             us = graph_time_us([point.chord_call(i, packed[i % n_wsets]) for i in range(n_isets)], replays, rounds)
             row = {
-                "ep": ep, "experts": experts, "projection": proj, "n": n, "k": k, "mode": mode,
+                "model": model, "ep": ep, "experts": experts, "projection": proj, "n": n, "k": k, "mode": mode,
                 "per_expert": per_expert, "max_m": point.max_m,
                 "expected_m": per_expert if mode == "masked" else None,
                 "valid_rows": point.valid_rows, "weight_sets": n_wsets, "input_sets": n_isets,
@@ -296,7 +305,7 @@ def bench_group(ep, proj, pool, modes, rows_list, tokens_list, ceil, args, deadl
             peer_text = "" if hweights is None else peer_humming(point, hweights, ref, n_isets, replays, rounds, row)
             rows.append(row)
             row["goal"] = w4a16_goals.grouped_goal(row)
-            print(f"EP{ep:<2} {proj:<7} {mode:<10} {per_expert:>3}/expert {us:9.1f} us "
+            print(f"{'' if model == w4a16_goals.KIMI else model + ' '}EP{ep:<2} {proj:<7} {mode:<10} {per_expert:>3}/expert {us:9.1f} us "
                   f"{row['chordrt_tflops']:6.1f} TFLOP/s ({100 * row['fraction_of_dense_bf16']:3.0f}% dense) "
                   f"{row['chordrt_tbps']:5.2f} TB/s ({100 * row['fraction_of_stream_read']:3.0f}% read)  "
                   f"{row.get('baseline', 'baseline')} {row.get('baseline_us', float('nan')):9.1f} us "
@@ -311,11 +320,12 @@ def bench_group(ep, proj, pool, modes, rows_list, tokens_list, ceil, args, deadl
     return rows
 
 
-def profile(spec):
+def profile(spec, model):
     ep, proj, mode, per_expert = spec.split(",")
     ep, per_expert = int(ep.upper().removeprefix("EP")), int(per_expert)
-    n, k = PROJECTIONS[proj]
-    experts = GLOBAL_EXPERTS // ep
+    global_experts, projections = MODELS[model]
+    n, k = projections[proj]
+    experts = global_experts // ep
     words, scale = checkpoint_pool(n, k, experts, seed=1)
     w = chordrt.w4a16_pack(words, scale, LAYOUT[mode])
     point = Point(mode, experts, n, k, per_expert, 1)
@@ -328,6 +338,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--json", "--out", dest="out", help="result file (default: bench/results/grouped_bench-...)")
     ap.add_argument("--profile", help="EPx,PROJECTION,MODE,ROWS: run that case a few times, untimed")
+    ap.add_argument("--model", default=w4a16_goals.KIMI, choices=list(MODELS),
+                    help="the MoE shape (default Kimi K2; Chord's published points are Kimi K2's)")
     ap.add_argument("--quick", action="store_true", help="EP8 only (Chord's published points), fewer replays and weight sets")
     ap.add_argument("--eps", help="comma-separated EP degrees (default 8,16,32; 8 with --quick)")
     ap.add_argument("--projections", default=",".join(PROJECTIONS), help="comma-separated subset of gate_up,down")
@@ -341,7 +353,8 @@ def main():
     args = ap.parse_args()
     torch.manual_seed(0)
     if args.profile:
-        return profile(args.profile)
+        return profile(args.profile, args.model)
+    global_experts, model_projections = MODELS[args.model]
     start = time.monotonic()
     deadline = start + args.budget_s if args.budget_s > 0 else None
     eps = int_list(args.eps) if args.eps else ((8,) if args.quick else EPS)
@@ -354,8 +367,8 @@ def main():
         if m not in MODES:
             ap.error(f"unknown mode {m!r} (contiguous, masked)")
     for ep in eps:
-        if ep < 1 or GLOBAL_EXPERTS % ep or GLOBAL_EXPERTS // ep > POOL_EXPERTS:
-            ap.error(f"EP{ep}: {GLOBAL_EXPERTS} experts must split into at most {POOL_EXPERTS} per GPU")
+        if ep < 1 or global_experts % ep or global_experts // ep > POOL_EXPERTS:
+            ap.error(f"EP{ep}: {args.model}'s {global_experts} experts must split into at most {POOL_EXPERTS} per GPU")
     out_path = pathlib.Path(args.out) if args.out else default_out("grouped_bench")
     ceil = ceilings()
     print(f"ceilings: copy {ceil['copy_tbps']:.2f} TB/s, stream read {ceil['stream_read_tbps']:.2f} TB/s, "
@@ -364,14 +377,14 @@ def main():
     rows, skipped = [], []
     pools = {}
     for proj in projections:
-        n, k = PROJECTIONS[proj]
+        n, k = model_projections[proj]
         pools[proj] = checkpoint_pool(n, k, POOL_EXPERTS, seed=1 + n + k)
     for ep in eps:
         for proj in projections:
             if deadline is not None and time.monotonic() > deadline:
-                skipped.append(f"EP{ep} {proj} (all points)")
+                skipped.append(f"{args.model} EP{ep} {proj} (all points)")
                 continue
-            rows += bench_group(ep, proj, pools[proj], modes, int_list(args.rows), int_list(args.tokens), ceil,
+            rows += bench_group(args.model, ep, proj, pools[proj], modes, int_list(args.rows), int_list(args.tokens), ceil,
                                 args, deadline, skipped)
     judged = [r for r in rows if r["goal"]["met"] is not None]
     print(f"goals: {sum(r['goal']['met'] for r in judged)}/{len(judged)} points met" +

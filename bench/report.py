@@ -276,7 +276,11 @@ def grouped_section(path, gr):
              f"`torch.bmm`), graph-captured, same process. Goals (issue 15: contiguous ≤ Chord's published µs and "
              f"≥ 1.05× the baseline; masked ≥ 80% of streaming read at 8 and 16 tokens and ≤ Chord at 8): "
              f"{_goals_met(gr['results'], w4a16_goals.grouped_goal)} points met.")
-    keys = [("EP", "---:", lambda r: f"{r['ep']}"), ("projection", "---", lambda r: r["projection"]),
+    models = sorted({w4a16_goals.row_model(r) for r in gr["results"]} - {w4a16_goals.KIMI})
+    if models:
+        intro += f" Other shapes ({', '.join(models)}; `grouped_bench.py --model`): rows named after the model."
+    keys = [("EP", "---:", lambda r: ("" if w4a16_goals.row_model(r) == w4a16_goals.KIMI else r["model"] + " ") +
+             f"{r['ep']}"), ("projection", "---", lambda r: r["projection"]),
             ("mode", "---", lambda r: r["mode"]), ("rows/expert", "---:", lambda r: f"{r['per_expert']}")]
     peer_text, peers = _humming_columns(gr)
     return _gemm_section(f"## W4A16 grouped MoE GEMMs on {gr['device']} (`{path.name}`)", intro + peer_text, gr,

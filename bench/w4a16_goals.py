@@ -64,7 +64,8 @@ def grouped_goal(row):
     """Contiguous: <= Chord where published, >= 1.05 x torch._grouped_mm. Masked: >= 80% of streaming read at 8
     and 16 tokens per expert, <= Chord at 8."""
     us, checks = row["chordrt_us"], {}
-    chord = CHORD_GROUPED.get((row["mode"], row["projection"]), {}).get(row["per_expert"]) if row["ep"] == 8 else None
+    chord = (CHORD_GROUPED.get((row["mode"], row["projection"]), {}).get(row["per_expert"])
+             if row["ep"] == 8 and row_model(row) == KIMI else None)  # Chord published Kimi K2 only
     if chord is not None:
         checks["vs Chord"] = us <= chord
     if row["mode"] == "contiguous":
