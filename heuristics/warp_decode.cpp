@@ -64,12 +64,14 @@ int row_tiles(int64_t units_of_two_tiles, int warps_per_unit, const DeviceFacts&
 WarpDecodeGateUpConfig select_warp_decode_gate_up(const WarpDecodeShape& s, int64_t tokens, const DeviceFacts& facts) {
   const Split split = split_groups(s.format, s.hidden / 32, 8);
   const double active = expected_active_experts(s, tokens);
-  const int rt =
-      s.intermediate % 16 == 0 ? row_tiles(static_cast<int64_t>(s.intermediate / 16 * active), split.parts, facts) : 1;
+  const int nt = column_tiles(s, tokens, active);
+  const int rt = s.intermediate % 16 == 0 && nt < chord::warp_decode::kMaxTilesPerWarp
+                     ? row_tiles(static_cast<int64_t>(s.intermediate / 16 * active), split.parts, facts)
+                     : 1;
   return {warp_decode_token_bucket(tokens),
           split.parts,
           rt,
-          column_tiles(s, tokens, active),
+          nt,
           split.stage_groups,
           ring_stages(s.format, split.parts, split.stage_groups, rt, 64 << 10)};
 }
@@ -132,7 +134,9 @@ WarpDecodeDownConfig select_warp_decode_down(const WarpDecodeShape& s, int64_t t
   // MXFP8, cheaper to convert, was 4% / 9% slower that way: sweeps/warp_decode_down_rt2-*).
   WarpDecodeDownConfig chosen{};
   for (const int warps : {8, 4}) {
-    for (const int rt : {s.hidden % 32 == 0 && long_items(warps) ? 2 : 1, 1}) {
+    const bool two_rows = s.hidden % 32 == 0 && long_items(warps) &&
+                          column_tiles(s, tokens, active) < chord::warp_decode::kMaxTilesPerWarp;
+    for (const int rt : {two_rows ? 2 : 1, 1}) {
       const WarpDecodeDownConfig c = config(warps, rt);
       if (chosen.warps == 0) chosen = c;
       const int64_t smem =

@@ -25,6 +25,8 @@ const WarpDecodeShape kExtreme{WeightFormat::kInt4Group32, 4096, 1536, 1024, 204
 const WarpDecodeShape kDeepSeekV3Ep8{WeightFormat::kInt4Group32, 7168, 2048, 32, 256, 8, true};
 const WarpDecodeShape kQwen235Tp4{WeightFormat::kMxfp8, 4096, 384, 128, 128, 8, false};
 const WarpDecodeShape kDeepSeekV2Lite{WeightFormat::kInt4Group32, 2048, 1408, 64, 64, 6, false};
+// Qwen3-235B-A22B EP8, INT4: 16 of 128 experts behind a map; 8 local routes an expert at 128 tokens.
+const WarpDecodeShape kQwen235Ep8{WeightFormat::kInt4Group32, 4096, 1536, 16, 128, 8, true};
 
 alignas(64) unsigned char g_host[4096];
 
@@ -72,7 +74,7 @@ TEST_CASE("warp decode token buckets and expected active experts", "[warp_decode
 
 TEST_CASE("warp decode configs divide the work exactly", "[warp_decode]") {
   using namespace chordrt::heuristics;
-  for (const WarpDecodeShape& s : {kKimiTp8, kKimiEp8, kQwen, kExtreme, kDeepSeekV3Ep8, kQwen235Tp4, kDeepSeekV2Lite}) {
+  for (const WarpDecodeShape& s : {kKimiTp8, kKimiEp8, kQwen, kExtreme, kDeepSeekV3Ep8, kQwen235Tp4, kDeepSeekV2Lite, kQwen235Ep8}) {
     for (int64_t m = 1; m <= chord::warp_decode::kMaxTokens; ++m) {
       INFO("hidden " << s.hidden << " inter " << s.intermediate << " tokens " << m);
       const auto g = select_warp_decode_gate_up(s, m);
@@ -116,6 +118,12 @@ TEST_CASE("warp decode configs divide the work exactly", "[warp_decode]") {
   CHECK(select_warp_decode_down(kKimiEp8, 1).k_chunks == 8);
   // Qwen3 at 64 tokens: 4 routes per active expert, one column tile; at 128 tokens, 8 per expert.
   CHECK(select_warp_decode_gate_up(kQwen, 64).n_tiles == 1);
+  // Qwen3-235B EP8 at 128 tokens: just over 8 routes an active expert, so two column tiles, and then one row
+  // tile (gate/up with 2 x 2 spilled 248 bytes in its main loop), though 16 x 96 neuron pairs would take two.
+  const auto q128 = select_warp_decode_gate_up(kQwen235Ep8, 128);
+  CHECK(q128.n_tiles == 2);
+  CHECK(q128.row_tiles == 1);
+  CHECK(select_warp_decode_gate_up(kQwen235Ep8, 64).row_tiles == 2);
   // A 16-warp one-tile gate/up (the M = 1 experiment's override) is bounded for two CTAs an SM, so its
   // grid holds all 256 items of Kimi TP8 at one token instead of 132.
   auto g16 = g1;
@@ -134,7 +142,7 @@ TEST_CASE("warp decode grids fit the device", "[warp_decode]") {
     const int64_t by_smem = (227 * 1024 + 1024) / (smem + 1024);
     return std::min<int64_t>(wd::resident_ctas_bound(warps, rt, nt), by_smem);
   };
-  for (const WarpDecodeShape& s : {kKimiTp8, kKimiEp8, kQwen, kExtreme, kDeepSeekV3Ep8, kQwen235Tp4, kDeepSeekV2Lite}) {
+  for (const WarpDecodeShape& s : {kKimiTp8, kKimiEp8, kQwen, kExtreme, kDeepSeekV3Ep8, kQwen235Tp4, kDeepSeekV2Lite, kQwen235Ep8}) {
     for (int64_t m = 1; m <= wd::kMaxTokens; ++m) {
       INFO("hidden " << s.hidden << " inter " << s.intermediate << " tokens " << m);
       const auto g = select_warp_decode_gate_up(s, m);
@@ -152,6 +160,9 @@ TEST_CASE("warp decode grids fit the device", "[warp_decode]") {
       // accumulators shrink the choice to one row tile or 4 warps at 64-128 tokens), except INT4 with two
       // row tiles (one CTA per SM measured faster).
       const auto d = select_warp_decode_down(s, m);
+      // Two row tiles or two column tiles, not both (params.cuh: both spill inside the main loop).
+      CHECK(g.row_tiles * g.n_tiles <= wd::kMaxTilesPerWarp);
+      CHECK(d.row_tiles * d.n_tiles <= wd::kMaxTilesPerWarp);
       const int64_t d_smem = wd::down_dynamic_smem(static_cast<int>(s.format), d.warps, d.max_tokens, d.stage_groups,
                                                    d.row_tiles, d.stages) +
                              wd::route_table_bytes(s.experts, d.max_tokens * s.top_k);

@@ -50,6 +50,10 @@ CHORD_HD constexpr StageBytes stage_bytes(int format, int sg, int row_tiles) {
 CHORD_HD constexpr int resident_warps_bound(int warps, int row_tiles, int n_tiles) {
   return row_tiles * n_tiles == 1 ? (warps >= 16 ? 32 : 24) : 16;
 }
+// The 16-warp bound's 128 registers hold two row tiles or two column tiles, not both: INT4 gate/up with 2 x 2
+// spills 248 bytes inside its main loop, down 308 (NVRTC, Qwen3 / Kimi shapes at 128 tokens), 1 x 2 and 2 x 1
+// at most 48 bytes outside it. The heuristics keep row_tiles * n_tiles within this.
+constexpr int kMaxTilesPerWarp = 2;
 CHORD_HD constexpr int resident_ctas_bound(int warps, int row_tiles, int n_tiles) {
   const int ctas = resident_warps_bound(warps, row_tiles, n_tiles) / warps;
   return ctas > 0 ? ctas : 1;
