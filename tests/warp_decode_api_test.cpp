@@ -74,7 +74,8 @@ TEST_CASE("warp decode token buckets and expected active experts", "[warp_decode
 
 TEST_CASE("warp decode configs divide the work exactly", "[warp_decode]") {
   using namespace chordrt::heuristics;
-  for (const WarpDecodeShape& s : {kKimiTp8, kKimiEp8, kQwen, kExtreme, kDeepSeekV3Ep8, kQwen235Tp4, kDeepSeekV2Lite, kQwen235Ep8}) {
+  for (const WarpDecodeShape& s :
+       {kKimiTp8, kKimiEp8, kQwen, kExtreme, kDeepSeekV3Ep8, kQwen235Tp4, kDeepSeekV2Lite, kQwen235Ep8}) {
     for (int64_t m = 1; m <= chord::warp_decode::kMaxTokens; ++m) {
       INFO("hidden " << s.hidden << " inter " << s.intermediate << " tokens " << m);
       const auto g = select_warp_decode_gate_up(s, m);
@@ -142,7 +143,8 @@ TEST_CASE("warp decode grids fit the device", "[warp_decode]") {
     const int64_t by_smem = (227 * 1024 + 1024) / (smem + 1024);
     return std::min<int64_t>(wd::resident_ctas_bound(warps, rt, nt), by_smem);
   };
-  for (const WarpDecodeShape& s : {kKimiTp8, kKimiEp8, kQwen, kExtreme, kDeepSeekV3Ep8, kQwen235Tp4, kDeepSeekV2Lite, kQwen235Ep8}) {
+  for (const WarpDecodeShape& s :
+       {kKimiTp8, kKimiEp8, kQwen, kExtreme, kDeepSeekV3Ep8, kQwen235Tp4, kDeepSeekV2Lite, kQwen235Ep8}) {
     for (int64_t m = 1; m <= wd::kMaxTokens; ++m) {
       INFO("hidden " << s.hidden << " inter " << s.intermediate << " tokens " << m);
       const auto g = select_warp_decode_gate_up(s, m);
@@ -278,4 +280,17 @@ TEST_CASE("warp decode config overrides for experiments", "[warp_decode]") {
   CHECK_THAT(apply_warp_decode_override("gate_up.warps=8", g, d), Contains("unknown key \"gate_up.warps\""));
   CHECK_THAT(apply_warp_decode_override("down.stages=x", g, d), Contains("bad value"));
   CHECK_THAT(apply_warp_decode_override("stages=3", g, d), Contains("kernel.field=value"));
+  // The GPU test's forced two column tiles (test_two_column_tiles_on_a_small_shape): valid kernels of both
+  // families on its small shapes at 16 tokens, INT4 and MXFP8, with and without an expert map.
+  for (const WarpDecodeShape& small : {WarpDecodeShape{WeightFormat::kInt4Group32, 1024, 512, 16, 16, 4, false},
+                                       WarpDecodeShape{WeightFormat::kMxfp8, 1024, 512, 16, 64, 4, true}}) {
+    auto gs = select_warp_decode_gate_up(small, 16);
+    auto ds = select_warp_decode_down(small, 16);
+    REQUIRE(apply_warp_decode_override("gate_up.row_tiles=1,gate_up.n_tiles=2,down.row_tiles=1,down.n_tiles=2", gs, ds)
+                .empty());
+    const auto keys = chordrt::ops::warp_decode_keys_of(small, gs, ds);
+    CHECK(keys.gate_up.n_tiles == 2);
+    CHECK(chordrt::ops::WarpDecodeGateUpFamily::error(keys.gate_up) == "");
+    CHECK(chordrt::ops::WarpDecodeDownFamily::error(keys.down) == "");
+  }
 }

@@ -189,6 +189,26 @@ def test_large_bucket_down_configs_on_a_small_shape(python_runner, tmp_path, sha
     assert downs and all(kv in downs[-1] for kv in down.split(",")), downs
 
 
+# Two column tiles (16 routes an expert a pass) take one row tile (params.cuh's kMaxTilesPerWarp): the
+# heuristics pick them where an active expert expects more than 8 routes (Qwen3-235B EP8 at 128 tokens), which no
+# test above reaches; forced on the small shapes for both kernels, the launch log shows the forced fields.
+@pytest.mark.parametrize("shape", list(CONFIG_SHAPES))
+@pytest.mark.parametrize("fmt", mr.FORMATS)
+def test_two_column_tiles_on_a_small_shape(python_runner, tmp_path, shape, fmt):
+    log = os.environ.get("CHORD_LAUNCH_LOG") or str(tmp_path / "launches.log")
+    start = os.path.getsize(log) if os.path.exists(log) else 0
+    code = CHILD_CHECK.format(dir=os.path.dirname(os.path.abspath(__file__)), shape=shape, fmt=fmt)
+    spec = "gate_up.row_tiles=1,gate_up.n_tiles=2,down.row_tiles=1,down.n_tiles=2"
+    stats = python_runner(code, timeout=900, CHORD_WARP_DECODE_CONFIG=spec, CHORD_LAUNCH_LOG=log).result
+    assert stats["rel_err"] < MAX_REL_ERR and stats["cosine"] > MIN_COSINE, stats
+    with open(log) as f:
+        f.seek(start)
+        lines = f.read().splitlines()
+    for kernel in ("warp_decode.gate_up[", "warp_decode.down["):
+        launched = [line for line in lines if kernel in line]
+        assert launched and "row_tiles=1,n_tiles=2" in launched[-1], (kernel, launched)
+
+
 def test_duplicate_expert_within_a_token():
     shape = "qwen3_30b"
     h, i, e, g, k, _ = SHAPES[shape]
