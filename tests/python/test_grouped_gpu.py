@@ -644,18 +644,26 @@ STREAM_K_CHILD = textwrap.dedent(
     result = {{}}
     dn, dk = t.KIMI["down"]
     un, uk = t.KIMI["gate_up"]
+    dead = torch.full((t.ROW_ALIGN,), -1, dtype=torch.int32, device=t.DEV)
+
+    def with_dead_blocks(ids):  # a block of padding only first and after the first expert's blocks
+        first = int((ids == ids[0]).sum().item() + (-(ids == ids[0]).sum().item()) % t.ROW_ALIGN)
+        return torch.cat([dead, ids[:first], dead, ids[first:]])
+
+    # On a 132-SM GPU (H100 / H200); tiles of 128 rows x 256 weight rows:
     cases = {{
-        # EP32 at 128 rows an expert: 192 tiles of 128 x 256 on 132 SMs, a stream-K wave of 60 + 132 tiles.
-        "gate_up_12x128": (un, uk, 12, [128] * 12, None),
-        "down_12_uneven": (dn, dk, 12, [t.KIMI_COUNTS[i % 8] for i in range(12)], None),
-        # Blocks of padding only (dead tiles inside the wave) and more blocks than SMs in a short wave.
-        "down_dead_blocks": (dn, dk, 12, [0, 300, 0, 0, 129, 1, 0, 0, 0, 256, 0, 5], None),
-        "k576": (*t.SMALL["k576"], [129, 17], None),
+        # EP32 at 128 rows an expert: 192 tiles, every one in the stream-K wave.
+        "gate_up_12x128": (un, uk, 12, t.contiguous_ids([128] * 12)),
+        # 11 row blocks x 28 = 308 tiles: 132 whole, then a wave of 176 tiles.
+        "down_whole_then_wave": (dn, dk, 12, t.contiguous_ids([128] * 11 + [0])),
+        # 3 + 2 + 1 expert blocks and 2 blocks of padding only: 224 tiles in the wave, 56 of them dead.
+        "down_dead_blocks": (dn, dk, 3, with_dead_blocks(t.contiguous_ids([300, 129, 1]))),
+        # 150 one-tile row blocks of 9 K blocks: ~10 K blocks a CTA, most tiles cut between two CTAs.
+        "k576_cut_tiles": (*t.SMALL["k576"][:2], 2, t.contiguous_ids([9600 - 7, 9600 - 121])),
     }}
-    for name, (n, k, e, counts, order) in cases.items():
+    for name, (n, k, e, ids) in cases.items():
         w = t.packed(n, k, e, t.CONTIGUOUS)
         words, scale = t.source(n, k, e)
-        ids = t.contiguous_ids(counts, order, -1)
         written = t.contiguous_rows(ids, e)
         a = t.poison_skipped(t.activations(ids.numel(), k, 23), written)
         outs = []
