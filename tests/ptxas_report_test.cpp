@@ -8,12 +8,14 @@
 
 #include "heuristics/dsa_indexer.hpp"
 #include "heuristics/sparse_mla.hpp"
+#include "heuristics/warp_decode.hpp"
 #include "jit_cache/disk_cache.hpp"
 #include "kernels_src/indexed/params.cuh"
 #include "runtime/jit_runtime.hpp"
 #include "runtime/ops/dsa_indexer.hpp"
 #include "runtime/ops/indexed.hpp"
 #include "runtime/ops/sparse_mla.hpp"
+#include "runtime/ops/warp_decode.hpp"
 #include "tests/test_support.hpp"
 
 using chordrt::test::kHopper;
@@ -175,4 +177,22 @@ TEST_CASE("ptxas: the indexed prefill kernels the heuristics choose up to block_
       }
     }
   }
+}
+
+TEST_CASE("ptxas: warp decode's two column tiles keep their main loops free of spills", "[nvrtc][ptxas]") {
+  chordrt::test::TempDir t("ptxas-warp-decode");
+  chordrt::JitRuntime rt(chordrt::test::options_for(t.path()));
+  using chordrt::heuristics::WarpDecodeShape;
+  using chordrt::heuristics::WeightFormat;
+  // Qwen3-235B-A22B EP8, INT4, 128 tokens: just over 8 routes an active expert, two column tiles; with two row
+  // tiles too, gate/up spilled 248 bytes of stores (and down 308) inside their MMA loops at the 16-warp bound.
+  const WarpDecodeShape s{WeightFormat::kInt4Group32, 4096, 1536, 16, 128, 8, true};
+  const auto keys = chordrt::ops::warp_decode_keys(s, 128, kHopperFacts);
+  REQUIRE(keys.gate_up.n_tiles == 2);
+  const auto g = compiled_report(rt, chordrt::ops::WarpDecodeGateUpFamily::descriptor(kHopper, keys.gate_up));
+  const auto d = compiled_report(rt, chordrt::ops::WarpDecodeDownFamily::descriptor(kHopper, keys.down));
+  // One row tile with two column tiles: 48 bytes of stores and 48 of loads (a job's two 64-bit column
+  // pointers, outside the loop) for gate/up, none for down.
+  CHECK(g.spill_bytes <= 96);
+  CHECK(d.spill_bytes == 0);
 }
