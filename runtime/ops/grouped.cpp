@@ -42,13 +42,21 @@ constexpr int kWorkspaceBlockM = 128;
 constexpr int kWorkspaceBlockN = g::block_n(g::kMaxSlices, g::kMinConsumers);
 
 // rows: rows of A (contiguous m, masked G * max_m); rows_param: the kernel's `rows` (m, or max_m);
-// workspace: contiguous stream-K scratch (null: none), already checked against its documented size.
+// workspace: contiguous stream-K scratch (null: none) of workspace_bytes, aligned (checked by the caller).
 void run_gemm(const char* op, GroupedMode mode, const void* a, int64_t rows, int32_t rows_param, int64_t rows_hint,
-              const chord_w4a16_weight_t& w, const int32_t* routing, void* out, void* workspace, CUstream stream) {
+              const chord_w4a16_weight_t& w, const int32_t* routing, void* out, void* workspace,
+              int64_t workspace_bytes, CUstream stream) {
   const GroupedShape s{mode, w.n, w.k, w.num_experts};
   check_override_syntax<GroupedConfig>(op, "CHORD_GROUPED_CONFIG", env_config().grouped_override,
                                        heuristics::apply_grouped_override);
   const ContextState& ctx = JitRuntime::global().context_for(stream);
+  // Held to its documented size whether or not this call's kernel uses it (as the indexed GEMM's).
+  if (const auto need = static_cast<int64_t>(grouped_contiguous_workspace_size(ctx.facts.sm_count));
+      workspace && workspace_bytes < need) {
+    throw_error(CHORD_ERROR_INVALID_ARGUMENT,
+                "{}: workspace_bytes must be at least chord_grouped_contiguous_workspace_size({} SMs) = {}, got {}", op,
+                ctx.facts.sm_count, need, workspace_bytes);
+  }
   const GroupedGemmKey key =
       grouped_gemm_key(s, rows_hint, ctx.facts, env_config().grouped_override, op, workspace != nullptr);
   const LoadedKernel& kernel = GroupedGemmFamily::kernel(key, ctx, stream);
@@ -60,16 +68,8 @@ void run_gemm(const char* op, GroupedMode mode, const void* a, int64_t rows, int
   }
   const auto grid = static_cast<uint32_t>(std::min<int64_t>(tiles, ctx.facts.sm_count));
   const chord::IndexedRouting unused{};  // the kernel's indexed mode only
-  chord::grouped::StreamWorkspace stream_ws{};
-  if (key.stream_k) {
-    auto* base = static_cast<uint8_t*>(workspace);
-    stream_ws = {reinterpret_cast<int32_t*>(base), reinterpret_cast<float*>(base + g::stream_flags_bytes(grid))};
-    if (!kernel.dry_run) {
-      check_cuda(require_driver().cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(base), 0,
-                                                   static_cast<size_t>(grid) * g::kMaxConsumers, stream),
-                 "cuMemsetD32Async (stream-K flags)");
-    }
-  }
+  const chord::grouped::StreamWorkspace stream_ws =
+      key.stream_k ? stream_k_workspace(workspace, grid, kernel.dry_run, stream) : chord::grouped::StreamWorkspace{};
   launch(ctx, kernel, {{grid, 1, 1}, stream}, map, w.packed, w.scale, routing, rows_param, unused, out, stream_ws);
 }
 
@@ -138,6 +138,16 @@ GroupedGemmKey grouped_gemm_key(const GroupedShape& s, int64_t rows_hint, const 
           .stream_k = c.stream_k};
 }
 
+chord::grouped::StreamWorkspace stream_k_workspace(void* workspace, uint32_t grid, bool dry_run, CUstream stream) {
+  auto* base = static_cast<uint8_t*>(workspace);
+  if (!dry_run) {
+    check_cuda(require_driver().cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(base), 0,
+                                                 static_cast<size_t>(grid) * g::kMaxConsumers, stream),
+               "cuMemsetD32Async (stream-K flags)");
+  }
+  return {reinterpret_cast<int32_t*>(base), reinterpret_cast<float*>(base + g::stream_flags_bytes(grid))};
+}
+
 size_t grouped_contiguous_workspace_size(int32_t num_sms) {
   if (num_sms < 1 || num_sms > 1024) return 0;
   return static_cast<size_t>(g::stream_workspace_bytes(num_sms, kWorkspaceBlockM, kWorkspaceBlockN));
@@ -153,19 +163,9 @@ void grouped_contiguous(const chord_grouped_contiguous_args_t& a, CUstream strea
   require_pointer(a.m_indices, op, "m_indices", 4);
   require_pointer(a.out, op, "out", 16);
   require_range(a.workspace_bytes, 0, INT64_MAX, op, "workspace_bytes");
-  if (a.workspace) {
-    require_pointer(a.workspace, op, "workspace", 16);
-    const ContextState& ctx = JitRuntime::global().context_for(stream);
-    // Held to its documented size whether or not this call's kernel uses it (as the indexed GEMM's).
-    if (const auto need = static_cast<int64_t>(grouped_contiguous_workspace_size(ctx.facts.sm_count));
-        a.workspace_bytes < need) {
-      throw_error(CHORD_ERROR_INVALID_ARGUMENT,
-                  "{}: workspace_bytes must be at least chord_grouped_contiguous_workspace_size({} SMs) = {}, got {}",
-                  op, ctx.facts.sm_count, need, a.workspace_bytes);
-    }
-  }
+  if (a.workspace) require_pointer(a.workspace, op, "workspace", 16);
   run_gemm(op, GroupedMode::kContiguous, a.a, a.m, static_cast<int32_t>(a.m), a.m, w, a.m_indices, a.out, a.workspace,
-           stream);
+           a.workspace_bytes, stream);
 }
 
 void grouped_masked(const chord_grouped_masked_args_t& a, CUstream stream) {
@@ -178,7 +178,7 @@ void grouped_masked(const chord_grouped_masked_args_t& a, CUstream stream) {
   require_pointer(a.masked_m, op, "masked_m", 4);
   require_pointer(a.out, op, "out", 16);
   run_gemm(op, GroupedMode::kMasked, a.a, static_cast<int64_t>(a.max_m) * w.num_experts, a.max_m,
-           std::min(a.expected_m, a.max_m), w, a.masked_m, a.out, nullptr, stream);
+           std::min(a.expected_m, a.max_m), w, a.masked_m, a.out, nullptr, 0, stream);
 }
 
 // Under expert parallelism: packers and GEMMs of both projections in both modes, for prefill steps of

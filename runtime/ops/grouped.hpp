@@ -52,6 +52,11 @@ GroupedGemmKey grouped_gemm_key(const heuristics::GroupedShape& s, int64_t rows_
                                 std::string_view override_spec = {}, const char* op = "grouped",
                                 bool stream_k_workspace = false);
 
+// The stream-K kernel's view of a caller's workspace (chord::grouped::stream_workspace_bytes' layout) for a
+// grid of `grid` CTAs, its flags cleared on `stream` (not in a dry run, which launches nothing). Shared by the
+// contiguous GEMM and the indexed prefill.
+chord::grouped::StreamWorkspace stream_k_workspace(void* workspace, uint32_t grid, bool dry_run, CUstream stream);
+
 // chord_grouped_contiguous_workspace_size: flags and partials of the widest tile the heuristics pick
 // (block_m 128, 256 weight rows) on num_sms SMs; 0 when num_sms is outside [1, 1024].
 size_t grouped_contiguous_workspace_size(int32_t num_sms);

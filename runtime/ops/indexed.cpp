@@ -232,16 +232,10 @@ void indexed_gemm(const chord_indexed_args_t& a, CUstream stream) {
                   "got {}",
                   op, a.block_m, ctx.facts.sm_count, need, a.workspace_bytes);
     }
-    chord::grouped::StreamWorkspace stream_ws{};
-    if (key.stream_k) {
-      auto* base = static_cast<uint8_t*>(a.workspace);
-      stream_ws = {reinterpret_cast<int32_t*>(base),
-                   reinterpret_cast<float*>(base + chord::grouped::stream_flags_bytes(grid))};
-      check_cuda(require_driver().cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(base), 0,
-                                                   static_cast<size_t>(grid) * chord::grouped::kMaxConsumers, stream),
-                 "cuMemsetD32Async (stream-K flags)");
-    }
     const LoadedKernel& kernel = IndexedPrefillFamily::kernel(key, ctx, stream);
+    const chord::grouped::StreamWorkspace stream_ws =
+        key.stream_k ? stream_k_workspace(a.workspace, grid, kernel.dry_run, stream)
+                     : chord::grouped::StreamWorkspace{};
     const chord::TensorMap unused_map{};  // the gathering mode loads activations itself
     const int32_t* no_rows = nullptr;
     launch(ctx, kernel, {{grid, 1, 1}, stream}, unused_map, w.packed, w.scale, no_rows, int32_t{0}, routing, a.out,
