@@ -101,7 +101,8 @@ std::string grouped_config_error(const GroupedShape& s, const GroupedConfig& c, 
   return "";
 }
 
-GroupedConfig select_grouped(const GroupedShape& s, int64_t rows_hint, const DeviceFacts& facts) {
+GroupedConfig select_grouped(const GroupedShape& s, int64_t rows_hint, const DeviceFacts& facts,
+                             bool stream_k_workspace) {
   GroupedConfig c;
   rows_hint = std::max<int64_t>(rows_hint, 1);
   if (s.mode == GroupedMode::kContiguous) {
@@ -114,6 +115,17 @@ GroupedConfig select_grouped(const GroupedShape& s, int64_t rows_hint, const Dev
         c = o;
         break;
       }
+    }
+    // Stream-K where whole tiles would leave the SMs idle for 1/6 or more of the kernel (ceil(waves) >= 1.2 x
+    // waves; the host knows the contiguous tile count exactly). Measured (H100, bench/NOTES.md "Contiguous
+    // stream-K"): -12% at 1.45 waves (EP32 gate_up, 128 rows an expert), and within the runs' +-5% noise, or
+    // slower, at 2.55-10 waves, where the tail is smaller than what the partials and the fix-up cost.
+    const int64_t tiles = tile_count(s, c, rows_hint);
+    const int64_t grid = std::min<int64_t>(tiles, facts.sm_count);
+    const int64_t waves = (tiles + grid - 1) / std::max<int64_t>(grid, 1);
+    if (stream_k_workspace && s.k / grouped_block_k(s.mode) > g::kShortTileKBlocks &&
+        g::stream_whole_tiles(tiles, grid) < tiles && 5 * waves * grid >= 6 * tiles) {
+      c.stream_k = 1;
     }
   } else {
     // Memory-bound decode: a row block a little above the expected tokens per expert (uneven counts

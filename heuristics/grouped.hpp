@@ -54,7 +54,10 @@ int grouped_deepest_ring(const GroupedShape& s, GroupedConfig c, const DeviceFac
 std::string grouped_config_error(const GroupedShape& s, const GroupedConfig& c, const DeviceFacts& facts = {});
 
 // rows_hint: contiguous m (total rows, padding included); masked expected_m (tokens per expert).
-GroupedConfig select_grouped(const GroupedShape& s, int64_t rows_hint, const DeviceFacts& facts = {});
+// stream_k_workspace: the (contiguous) call brings a stream-K workspace; then a contiguous tile count whose last
+// wave is partial takes stream-K on long K.
+GroupedConfig select_grouped(const GroupedShape& s, int64_t rows_hint, const DeviceFacts& facts = {},
+                             bool stream_k_workspace = false);
 
 // Experiments: "block_m=64,slices=1,stages=6,consumers=4,ring=1,stream_k=0" overrides fields of c; returns "" or
 // what was wrong.

@@ -167,7 +167,14 @@ GroupedConfig select_indexed_prefill(const IndexedShape& s, int block_m, int64_t
   // bench/NOTES.md "The single ring and stream-K as the heuristics' choice"). On the half ring at 2048
   // tokens it wins on EP8 (gate_up 380 against 415-427 us) but where every tile runs whole anyway (TP8
   // gate_up, 392 tiles) its kernel is 6-11% slower, for a reason not yet found ("The half ring v2 measured").
-  c.stream_k = stream_k_workspace && !short_tiles && g::one_buffer_ring(c.ring) ? 1 : 0;
+  // On the TP profile (every block live: no other GPU's experts to skip) where the expected tiles leave no
+  // partial wave, the stream-K kernel would only run whole tiles, and there it was slower.
+  const bool tp = resolve_indexed_profile(s, IndexedProfile::kAuto) == IndexedProfile::kTensorParallel;
+  const auto expected_tiles =
+      static_cast<int64_t>(std::llround(expected_indexed_blocks(s.experts, routed_rows, block_m))) *
+      (s.n / g::block_n(c.slices, c.consumers));
+  const bool all_whole = g::stream_whole_tiles(expected_tiles, facts.sm_count) == expected_tiles;
+  c.stream_k = stream_k_workspace && !short_tiles && g::one_buffer_ring(c.ring) && !(tp && all_whole) ? 1 : 0;
   c.stages = grouped_deepest_ring(shape, c, facts);
   return c;
 }

@@ -329,9 +329,22 @@ TEST_CASE("grouped dispatch in a dry run asks for the planned kernel and encodes
 
 TEST_CASE("contiguous stream-K: asked for by override, over the call's workspace", "[grouped][stream_k]") {
   const GroupedShape up{GroupedMode::kContiguous, 4096, 7168, 12};
-  // EP32 at 128 rows an expert: 192 tiles of 128 x 256 on 132 SMs. The heuristics keep whole tiles, with or
-  // without a workspace, until the A/B has run (bench/NOTES.md).
-  CHECK(chordrt::ops::grouped_gemm_key(up, 12 * 128, kHopperFacts, {}, "grouped", true).stream_k == 0);
+  // EP32 at 128 rows an expert: 192 tiles of 128 x 256 on 132 SMs, a partial second wave: stream-K when the
+  // call brings a workspace. At 256 rows (384 tiles, the last wave 120 of 132) and without a workspace: whole tiles.
+  CHECK(chordrt::ops::grouped_gemm_key(up, 12 * 128, kHopperFacts, {}, "grouped", true).stream_k == 1);
+  CHECK(chordrt::ops::grouped_gemm_key(up, 12 * 256, kHopperFacts, {}, "grouped", true).stream_k == 0);
+  CHECK(chordrt::ops::grouped_gemm_key(up, 12 * 128, kHopperFacts).stream_k == 0);
+  // Down at 128 rows: 336 tiles, 2.55 waves, a tail under 1/6 of the kernel: whole tiles.
+  CHECK(chordrt::ops::grouped_gemm_key({GroupedMode::kContiguous, 7168, 2048, 12}, 12 * 128, kHopperFacts, {},
+                                       "grouped", true)
+            .stream_k == 0);
+  // Short K keeps whole tiles; so do fewer tiles than SMs (the grid is the tile count).
+  CHECK(chordrt::ops::grouped_gemm_key({GroupedMode::kContiguous, 4096, 512, 12}, 12 * 128, kHopperFacts, {}, "grouped",
+                                       true)
+            .stream_k == 0);
+  CHECK(chordrt::ops::grouped_gemm_key({GroupedMode::kContiguous, 256, 7168, 4}, 4 * 128, kHopperFacts, {}, "grouped",
+                                       true)
+            .stream_k == 0);
   const GroupedGemmKey k = chordrt::ops::grouped_gemm_key(up, 12 * 128, kHopperFacts, "stream_k=1", "grouped", true);
   CHECK(k.stream_k == 1);
   CHECK(k.block_m == 128);

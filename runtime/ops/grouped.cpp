@@ -112,8 +112,9 @@ std::vector<GroupedGemmKey> GroupedGemmFamily::examples(const DeviceFacts& facts
 GroupedGemmKey grouped_gemm_key(const GroupedShape& s, int64_t rows_hint, const DeviceFacts& facts,
                                 std::string_view override_spec, const char* op, bool stream_k_workspace) {
   const GroupedConfig c = resolve_config(
-      op, "CHORD_GROUPED_CONFIG", std::string(override_spec), heuristics::select_grouped(s, rows_hint, facts),
-      heuristics::apply_grouped_override, [&](const GroupedConfig& cfg) {
+      op, "CHORD_GROUPED_CONFIG", std::string(override_spec),
+      heuristics::select_grouped(s, rows_hint, facts, stream_k_workspace), heuristics::apply_grouped_override,
+      [&](const GroupedConfig& cfg) {
         if (std::string why = heuristics::grouped_config_error(s, cfg, facts); !why.empty()) return why;
         if (cfg.stream_k != 0 && !stream_k_workspace) {
           return std::string("stream_k 1 needs the call's workspace (chord_grouped_contiguous_args_t.workspace)");
@@ -198,7 +199,11 @@ void plan_grouped(const ModelPlanInput& in, PlanBuilder& plan) {
       plan.add(W4a16PackFamily::descriptor(arch, w4a16_pack_key(g::layout_of_mode(static_cast<int>(mode)), n, k)));
       if (mode == GroupedMode::kContiguous) {
         for (int64_t rows = 128LL * experts; rows <= 65536; rows *= 2) {
-          plan.add(GroupedGemmFamily::descriptor(arch, grouped_gemm_key(s, rows, in.facts)));
+          // Calls without and with a stream-K workspace.
+          for (const bool workspace : {false, true}) {
+            plan.add(
+                GroupedGemmFamily::descriptor(arch, grouped_gemm_key(s, rows, in.facts, {}, "grouped", workspace)));
+          }
         }
       } else {
         for (int64_t expected = 1; expected <= 256; ++expected) {
