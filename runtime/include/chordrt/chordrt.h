@@ -270,10 +270,9 @@ typedef struct chord_grouped_contiguous_args {
   const chord_w4a16_weight_t* weight; /* layout WGMMA_K64 */
   const int32_t* m_indices;           /* [m] expert of each row; -1 = padding row */
   void* out;                          /* [m, N] BF16 */
-  /* Optional (may be left out of a smaller struct): stream-K scratch, as chord_indexed_args_t's. With it a
-   * configuration that takes stream-K (CHORD_GROUPED_CONFIG="stream_k=1" for now; the heuristics do not
-   * yet) splits the last wave's K blocks so every SM ends together; without it (NULL) whole tiles are
-   * scheduled statically. >= chord_grouped_contiguous_workspace_size(number of SMs) bytes, 16-byte aligned,
+  /* Optional (may be left out of a smaller struct): stream-K scratch, as chord_indexed_args_t's. With it the
+   * heuristics split the last wave's K blocks where whole tiles would leave the SMs idle for a sixth of the
+   * kernel or more, so every SM ends together; without it (NULL) whole tiles are scheduled statically. >= chord_grouped_contiguous_workspace_size(number of SMs) bytes, 16-byte aligned,
    * contents any (the call clears what it needs on the stream); calls running at the same time need their
    * own. */
   void* workspace;
