@@ -175,6 +175,11 @@ def main():
     path, gr = newest("grouped_bench-")
     if gr:
         lines += grouped_section(path, gr)
+    # Other models' grouped runs (--model, often --quick): per model, the newest run that measured it.
+    for path, run in newest_per_case("grouped_bench-", w4a16_goals.row_model, include_quick=True):
+        run["results"] = [r for r in run["results"] if w4a16_goals.row_model(r) != w4a16_goals.KIMI]
+        if run["results"] and (gr is None or path != newest("grouped_bench-")[0]):
+            lines += grouped_section(path, run)
     path, ix = newest("indexed_bench-", quick_covers_all=True)
     if ix:
         lines += indexed_section(path, ix)
@@ -266,8 +271,14 @@ def _humming_columns(result):
 
 def grouped_section(path, gr):
     c = gr["ceilings"]
-    intro = (f"Kimi K2 (384 experts) at EP8/16/32 (48/24/12 local experts), gate_up (N 4096, K 7168) and down "
-             f"(N 7168, K 2048). Contiguous (prefill): every expert the same aligned row count; masked (decode): "
+    models = sorted({w4a16_goals.row_model(r) for r in gr["results"]})
+    if models == [w4a16_goals.KIMI]:
+        shapes = ("Kimi K2 (384 experts) at EP8/16/32 (48/24/12 local experts), gate_up (N 4096, K 7168) and down "
+                  "(N 7168, K 2048).")
+    else:
+        shapes = "; ".join(sorted({f"{r.get('model', w4a16_goals.KIMI)} EP{r['ep']} ({r['experts']} local experts) "
+                                   f"{r['projection']} (N {r['n']}, K {r['k']})" for r in gr["results"]})) + "."
+    intro = (f"{shapes} Contiguous (prefill): every expert the same aligned row count; masked (decode): "
              f"every expert the same token count, max_m 128, expected_m = the count. Ceilings in the same run: "
              f"streaming read {c['stream_read_tbps']:.2f} TB/s, dense BF16 GEMM {c['dense_bf16_tflops']:.0f} "
              f"TFLOP/s. TFLOP/s over valid rows; bytes = packed weights and scales of the touched experts + "
@@ -276,9 +287,9 @@ def grouped_section(path, gr):
              f"`torch.bmm`), graph-captured, same process. Goals (issue 15: contiguous ≤ Chord's published µs and "
              f"≥ 1.05× the baseline; masked ≥ 80% of streaming read at 8 and 16 tokens and ≤ Chord at 8): "
              f"{_goals_met(gr['results'], w4a16_goals.grouped_goal)} points met.")
-    models = sorted({w4a16_goals.row_model(r) for r in gr["results"]} - {w4a16_goals.KIMI})
-    if models:
-        intro += f" Other shapes ({', '.join(models)}; `grouped_bench.py --model`): rows named after the model."
+    others = [m for m in models if m != w4a16_goals.KIMI]
+    if others:
+        intro += f" Other shapes ({', '.join(others)}; `grouped_bench.py --model`): rows named after the model."
     keys = [("EP", "---:", lambda r: ("" if w4a16_goals.row_model(r) == w4a16_goals.KIMI else r["model"] + " ") +
              f"{r['ep']}"), ("projection", "---", lambda r: r["projection"]),
             ("mode", "---", lambda r: r["mode"]), ("rows/expert", "---:", lambda r: f"{r['per_expert']}")]
