@@ -16,8 +16,8 @@ the same weights dequantized to BF16, same process, graph-captured: torch._group
 rows with offs = cumulative row counts; masked: the 3-D batched form over [G, max_m, K], torch.bmm when
 that is unavailable). Accuracy: relative Frobenius error / cosine vs an FP32 reference on the first set,
 for chordrt and for the baseline. Every point is judged against issue 15's goal (w4a16_goals.grouped_goal; the
-row's "goal" field). Contiguous calls bring a stream-K workspace (chordrt.grouped_contiguous_workspace_size), as an
-engine would; it changes the kernel only under CHORD_GROUPED_CONFIG=stream_k=1 until the heuristics take stream-K.
+row's "goal" field). Every call brings a stream-K workspace (chordrt.grouped_workspace_size), as an engine
+would; the contiguous heuristics use it for a long last wave, masked calls only under CHORD_GROUPED_CONFIG=stream_k=1.
 Peer column (when `import humming` works: Humming, the W4A16 MoE library Chord is derived from; the bench imports
 the installed package, nothing of it is copied here; the code it shares with indexed_bench.py is in
 humming_peer.py): the same checkpoint tensors of each weight set converted by Humming itself as
@@ -105,12 +105,11 @@ _WORKSPACE = []
 
 
 def stream_k_workspace():
-    """The contiguous calls' stream-K workspace (one: the timed calls run one after another on one stream), as
-    an engine would pass it; the kernel uses it only where its configuration takes stream-K (for now only
-    under CHORD_GROUPED_CONFIG=stream_k=1)."""
+    """The calls' stream-K workspace (one: the timed calls run one after another on one stream), as an engine
+    would pass it; the kernel uses it only where its configuration takes stream-K."""
     if not _WORKSPACE:
         sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
-        _WORKSPACE.append(torch.empty(chordrt.grouped_contiguous_workspace_size(sms), dtype=torch.uint8, device="cuda"))
+        _WORKSPACE.append(torch.empty(chordrt.grouped_workspace_size(sms), dtype=torch.uint8, device="cuda"))
     return _WORKSPACE[0]
 
 
@@ -147,10 +146,10 @@ class Point:
 
     def chord_call(self, i, weight):
         a, routing, out = self.sets[i]
+        ws = stream_k_workspace()
         if self.mode == "contiguous":
-            ws = stream_k_workspace()
             return lambda: chordrt.grouped_contiguous(a, weight, routing, out=out, workspace=ws)
-        return lambda: chordrt.grouped_masked(a, weight, routing, self.per_expert, out=out)
+        return lambda: chordrt.grouped_masked(a, weight, routing, self.per_expert, out=out, workspace=ws)
 
 
 class GroupedHummingPeer:

@@ -80,9 +80,9 @@ std::string grouped_config_error(const GroupedShape& s, const GroupedConfig& c, 
                        chord::w4a16::kMaxDim, s.k);
   }
   if (c.stream_k != 0 && c.stream_k != 1) return fmt::format("stream_k must be 0 or 1, got {}", c.stream_k);
-  if (c.stream_k == 1 && (s.mode == GroupedMode::kMasked || s.k / bk <= g::kShortTileKBlocks)) {
-    return fmt::format("stream_k 1 needs the indexed or contiguous mode and more than {} K blocks (k > {}), got k {}",
-                       g::kShortTileKBlocks, g::kShortTileKBlocks * bk, s.k);
+  if (c.stream_k == 1 && s.k / bk <= g::kShortTileKBlocks) {
+    return fmt::format("stream_k 1 needs more than {} K blocks (k > {}), got k {}", g::kShortTileKBlocks,
+                       g::kShortTileKBlocks * bk, s.k);
   }
   if (c.block_m < g::kMinBlockM || c.block_m > g::kMaxBlockM || c.block_m % 8 != 0) {
     return fmt::format("block_m must be a multiple of 8 in [{}, {}], got {}", g::kMinBlockM, g::kMaxBlockM, c.block_m);

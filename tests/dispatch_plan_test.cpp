@@ -169,7 +169,8 @@ TEST_CASE("dry-run dispatch: the grouped GEMMs at the grouped bench's points are
       }
       const chord_w4a16_weight_t masked = packed_weight(CHORD_W4A16_LAYOUT_WGMMA_K128, experts, n, k);
       for (int32_t tokens : {8, 16, 32, 64}) {
-        const chord_grouped_masked_args_t a{sizeof(a), fake(0), 128, &masked, fake<const int32_t>(1), tokens, fake(2)};
+        const chord_grouped_masked_args_t a{sizeof(a), fake(0), 128,     &masked, fake<const int32_t>(1),
+                                            tokens,    fake(2), nullptr, 0};
         chordrt::ops::grouped_masked(a, nullptr);
       }
     }

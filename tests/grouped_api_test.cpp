@@ -261,7 +261,7 @@ TEST_CASE("grouped GEMMs check their args and reject weights of another layout o
   int32_t* ids = reinterpret_cast<int32_t*>(g_host);
   chord_w4a16_weight_t w = host_weight(CHORD_W4A16_LAYOUT_WGMMA_K64);
   chord_grouped_contiguous_args_t c{sizeof c, g_host, 128, &w, ids, g_host, nullptr, 0};
-  chord_grouped_masked_args_t m{sizeof m, g_host, 16, &w, ids, 4, g_host};
+  chord_grouped_masked_args_t m{sizeof m, g_host, 16, &w, ids, 4, g_host, nullptr, 0};
   CHECK(chord_grouped_contiguous(nullptr, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
   CHECK_THAT(last_error(), Contains("chord_grouped_contiguous: args is null"));
   c.struct_size = CHORD_GROUPED_CONTIGUOUS_ARGS_MIN_SIZE - 8;
@@ -317,7 +317,7 @@ TEST_CASE("grouped dispatch in a dry run asks for the planned kernel and encodes
   const chord_grouped_contiguous_args_t c{sizeof c, g_host, 4 * 128, &w, ids, g_host, nullptr, 0};
   REQUIRE(chord_grouped_contiguous(&c, nullptr) == CHORD_SUCCESS);
   chord_w4a16_weight_t k128 = host_weight(CHORD_W4A16_LAYOUT_WGMMA_K128);
-  const chord_grouped_masked_args_t m{sizeof m, g_host, 128, &k128, ids, 16, g_host};
+  const chord_grouped_masked_args_t m{sizeof m, g_host, 128, &k128, ids, 16, g_host, nullptr, 0};
   REQUIRE(chord_grouped_masked(&m, nullptr) == CHORD_SUCCESS);
   REQUIRE(dry.descriptors().size() == 2);
   const GroupedShape sc{GroupedMode::kContiguous, 256, 512, 4}, sm{GroupedMode::kMasked, 256, 512, 4};
@@ -365,27 +365,32 @@ TEST_CASE("contiguous stream-K: asked for by override, over the call's workspace
                                               "stream_k=1", "op", true);
              }),
              Contains("more than 8 K blocks"));
+  // Masked, by override only (the heuristics keep whole tiles): long K (more than 8 K blocks of 128).
+  const GroupedShape masked_up{GroupedMode::kMasked, 3072, 4096, 16};
+  CHECK(chordrt::ops::grouped_gemm_key(masked_up, 8, kHopperFacts, {}, "grouped_masked", true).stream_k == 0);
+  const GroupedGemmKey mk = chordrt::ops::grouped_gemm_key(masked_up, 8, kHopperFacts, "stream_k=1", "op", true);
+  CHECK(mk.stream_k == 1);
+  CHECK_NOTHROW(GroupedGemmFamily::family().program(GroupedGemmFamily::descriptor(kHopper, mk)));
   CHECK_THAT(invalid_argument_of([&] {
-               chordrt::ops::grouped_gemm_key({GroupedMode::kMasked, 4096, 7168, 12}, 8, kHopperFacts, "stream_k=1",
+               chordrt::ops::grouped_gemm_key({GroupedMode::kMasked, 4096, 1024, 12}, 8, kHopperFacts, "stream_k=1",
                                               "op", true);
              }),
-             Contains("needs the indexed or contiguous mode"));
+             Contains("stream_k 1 needs more than 8 K blocks (k > 1024), got k 1024"));
   // The workspace: the flags of every CTA, then a 128 x 256 FP32 tile of partials per CTA.
-  CHECK(chord_grouped_contiguous_workspace_size(132) ==
+  CHECK(chord_grouped_workspace_size(132) ==
         static_cast<size_t>(chord::grouped::stream_flags_bytes(132) + 132LL * 128 * 256 * 4));
-  CHECK(chord_grouped_contiguous_workspace_size(0) == 0);
-  CHECK(chordrt::grouped_contiguous_workspace_size(1025) == 0);  // the C++ mirror
+  CHECK(chord_grouped_workspace_size(0) == 0);
+  CHECK(chordrt::grouped_workspace_size(1025) == 0);  // the C++ mirror
 }
 
 TEST_CASE("a contiguous call's workspace is checked, and does not change the heuristics' kernel", "[grouped][capi]") {
   chord_w4a16_weight_t w = host_weight(CHORD_W4A16_LAYOUT_WGMMA_K64);
   int32_t* ids = reinterpret_cast<int32_t*>(g_host);
   chordrt::DryRun dry(kHopperFacts);
-  const int64_t need = static_cast<int64_t>(chord_grouped_contiguous_workspace_size(kHopperFacts.sm_count));
+  const int64_t need = static_cast<int64_t>(chord_grouped_workspace_size(kHopperFacts.sm_count));
   chord_grouped_contiguous_args_t c{sizeof c, g_host, 4 * 128, &w, ids, g_host, g_host + 16, need - 1};
   CHECK(chord_grouped_contiguous(&c, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
-  CHECK_THAT(last_error(),
-             Contains("workspace_bytes must be at least chord_grouped_contiguous_workspace_size(132 SMs)"));
+  CHECK_THAT(last_error(), Contains("workspace_bytes must be at least chord_grouped_workspace_size(132 SMs)"));
   c.workspace = g_host + 8;
   c.workspace_bytes = need;
   CHECK(chord_grouped_contiguous(&c, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
@@ -400,6 +405,27 @@ TEST_CASE("a contiguous call's workspace is checked, and does not change the heu
   c.workspace = g_host + 16;
   c.workspace_bytes = need;
   REQUIRE(chord_grouped_contiguous(&c, nullptr) == CHORD_SUCCESS);
+  REQUIRE(dry.descriptors().size() == 2);
+  CHECK(dry.descriptors()[0] == dry.descriptors()[1]);
+}
+
+TEST_CASE("a masked call's workspace is checked, and does not change the heuristics' kernel", "[grouped][capi]") {
+  chord_w4a16_weight_t w = host_weight(CHORD_W4A16_LAYOUT_WGMMA_K128);
+  int32_t* masked_m = reinterpret_cast<int32_t*>(g_host);
+  chordrt::DryRun dry(kHopperFacts);
+  const int64_t need = static_cast<int64_t>(chord_grouped_workspace_size(kHopperFacts.sm_count));
+  chord_grouped_masked_args_t m{sizeof m, g_host, 128, &w, masked_m, 16, g_host, g_host + 16, need - 1};
+  CHECK(chord_grouped_masked(&m, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(last_error(), Contains("grouped_masked: workspace_bytes must be at least chord_grouped_workspace_size"));
+  m.workspace = g_host + 8;
+  m.workspace_bytes = need;
+  CHECK(chord_grouped_masked(&m, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(last_error(), Contains("workspace"));
+  m.struct_size = CHORD_GROUPED_MASKED_ARGS_MIN_SIZE;  // an older caller's struct: no workspace
+  REQUIRE(chord_grouped_masked(&m, nullptr) == CHORD_SUCCESS);
+  m.struct_size = sizeof m;
+  m.workspace = g_host + 16;
+  REQUIRE(chord_grouped_masked(&m, nullptr) == CHORD_SUCCESS);
   REQUIRE(dry.descriptors().size() == 2);
   CHECK(dry.descriptors()[0] == dry.descriptors()[1]);
 }

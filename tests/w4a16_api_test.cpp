@@ -168,7 +168,7 @@ TEST_CASE("one K64 weight serves the grouped contiguous GEMM and the indexed pre
   x.out = g_host;
   REQUIRE(chord_indexed_gemm(&x, nullptr) == CHORD_SUCCESS);
   // The masked GEMM needs the other WGMMA layout.
-  const chord_grouped_masked_args_t m{sizeof m, g_host, 128, &w, ids, 16, g_host};
+  const chord_grouped_masked_args_t m{sizeof m, g_host, 128, &w, ids, 16, g_host, nullptr, 0};
   CHECK(chord_grouped_masked(&m, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
   REQUIRE(dry.descriptors().size() == 3);
   CHECK(dry.descriptors()[0] == W4a16PackFamily::descriptor(kHopper, {0, 256, 512}));

@@ -88,7 +88,7 @@ __global__ void __launch_bounds__(threads(CONSUMERS), 1)
   // them), before its epilogue (its ring stage is free by then: every older stage is released). Long K keeps
   // the plain loop (H200, v5 in bench/NOTES.md).
   constexpr bool kLookAhead = (RING != kRingBlock || kKBlocks % 2 == 0) && kKBlocks <= kShortTileKBlocks;
-  static_assert(!STREAM || (MODE != kMasked && !kLookAhead), "stream-K: the indexed and contiguous modes on long K");
+  static_assert(!STREAM || !kLookAhead, "stream-K: long K");
   static_assert(RING != kRingHalf || !kLookAhead, "the half ring: long K");
 
   extern __shared__ uint8_t smem_raw[];

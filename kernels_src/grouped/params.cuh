@@ -56,7 +56,7 @@ CHORD_HD constexpr int consumer_registers(int consumers, int ring) {
   return consumers == 2 ? 232 : (one_buffer_ring(ring) ? 112 : 104);
 }
 
-// The STREAM template argument (indexed and contiguous modes, long K): data-parallel waves, then one stream-K
+// The STREAM template argument (every mode, long K): data-parallel waves, then one stream-K
 // wave. Whole tiles in the static order (tile i + grid * j) for all waves but the last one or two, so a row block's
 // column tiles are in flight together and its activations come from L2 after the first read (contiguous
 // ranges over all tiles broke that: bench/NOTES.md "Stream-K v1"); the remaining grid + (tiles mod grid)

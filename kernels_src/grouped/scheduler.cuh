@@ -14,7 +14,8 @@
 // next CTAs finish: that part first, so its partial is ready early), live tile l being column block
 // l % N_BLOCKS of the (l / N_BLOCKS)-th live row block. Indexed, the live row blocks are those whose expert
 // id is in range, listed once per CTA; contiguous, every row block of A (the host knows their count, and a
-// block of padding rows only, which the caller skips, is rare: the contract pads experts to 128 rows).
+// block of padding rows only, which the caller skips, is rare: the contract pads experts to 128 rows);
+// masked, every block of the prefix sum (each holds at least one of its group's rows).
 #pragma once
 
 #include "common/routing.cuh"
@@ -60,7 +61,7 @@ struct Scheduler {
   IndexedRouting indexed;  // indexed only
   uint16_t* live_list;     // stream-K: kMaxStreamBlocks block ids, then 32 ints of warp counts
   int indexed_blocks = 0;
-  int live_blocks = 0;  // stream-K: row blocks with an expert in range (indexed), every row block (contiguous)
+  int live_blocks = 0;  // stream-K: row blocks with an expert in range (indexed), every row block (others)
   bool stream = false;  // stream-K in use (the live blocks fit the list)
   int whole_tiles = 0;  // stream-K: live tiles run whole before the stream-K wave
   // stream-K: the wave's iterations, where they start, and this CTA's range of them (absolute iterations)
@@ -112,6 +113,11 @@ struct Scheduler {
         block_prefix[EXPERTS] = sum;
       }
       __syncthreads();
+      if constexpr (STREAM) {
+        live_blocks = block_prefix[EXPERTS];
+        stream = true;
+        plan_stream_wave();
+      }
     }
   }
 
@@ -152,7 +158,7 @@ struct Scheduler {
   }
   // Live tile l's index in tile()'s numbering.
   __device__ int live_tile(int l) const {
-    if constexpr (MODE == kContiguous) return l;
+    if constexpr (MODE != kIndexed) return l;
     return live_list[l / N_BLOCKS] * N_BLOCKS + l % N_BLOCKS;
   }
   __device__ Segment segment(Cursor c) const {

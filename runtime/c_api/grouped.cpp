@@ -15,9 +15,7 @@ CHORD_API chord_status_t chord_grouped_contiguous(const chord_grouped_contiguous
   });
 }
 
-CHORD_API size_t chord_grouped_contiguous_workspace_size(int32_t num_sms) {
-  return chordrt::ops::grouped_contiguous_workspace_size(num_sms);
-}
+CHORD_API size_t chord_grouped_workspace_size(int32_t num_sms) { return chordrt::ops::grouped_workspace_size(num_sms); }
 
 CHORD_API chord_status_t chord_grouped_masked(const chord_grouped_masked_args_t* args, CUstream stream) {
   return guarded([&] {

@@ -37,12 +37,12 @@ const CUtensorMap& activation_map(const void* a, int64_t rows, int64_t k, int bo
   return tiled_tensor_map(spec, "grouped GEMM activations");
 }
 
-// The widest tile whose stream-K partials chord_grouped_contiguous_workspace_size covers.
+// The widest tile whose stream-K partials chord_grouped_workspace_size covers.
 constexpr int kWorkspaceBlockM = 128;
 constexpr int kWorkspaceBlockN = g::block_n(g::kMaxSlices, g::kMinConsumers);
 
 // rows: rows of A (contiguous m, masked G * max_m); rows_param: the kernel's `rows` (m, or max_m);
-// workspace: contiguous stream-K scratch (null: none) of workspace_bytes, aligned (checked by the caller).
+// workspace: stream-K scratch (null: none) of workspace_bytes, aligned (checked by the caller).
 void run_gemm(const char* op, GroupedMode mode, const void* a, int64_t rows, int32_t rows_param, int64_t rows_hint,
               const chord_w4a16_weight_t& w, const int32_t* routing, void* out, void* workspace,
               int64_t workspace_bytes, CUstream stream) {
@@ -51,10 +51,10 @@ void run_gemm(const char* op, GroupedMode mode, const void* a, int64_t rows, int
                                        heuristics::apply_grouped_override);
   const ContextState& ctx = JitRuntime::global().context_for(stream);
   // Held to its documented size whether or not this call's kernel uses it (as the indexed GEMM's).
-  if (const auto need = static_cast<int64_t>(grouped_contiguous_workspace_size(ctx.facts.sm_count));
+  if (const auto need = static_cast<int64_t>(grouped_workspace_size(ctx.facts.sm_count));
       workspace && workspace_bytes < need) {
     throw_error(CHORD_ERROR_INVALID_ARGUMENT,
-                "{}: workspace_bytes must be at least chord_grouped_contiguous_workspace_size({} SMs) = {}, got {}", op,
+                "{}: workspace_bytes must be at least chord_grouped_workspace_size({} SMs) = {}, got {}", op,
                 ctx.facts.sm_count, need, workspace_bytes);
   }
   const GroupedGemmKey key =
@@ -117,7 +117,7 @@ GroupedGemmKey grouped_gemm_key(const GroupedShape& s, int64_t rows_hint, const 
       [&](const GroupedConfig& cfg) {
         if (std::string why = heuristics::grouped_config_error(s, cfg, facts); !why.empty()) return why;
         if (cfg.stream_k != 0 && !stream_k_workspace) {
-          return std::string("stream_k 1 needs the call's workspace (chord_grouped_contiguous_args_t.workspace)");
+          return std::string("stream_k 1 needs the call's workspace (the args struct's workspace)");
         }
         if (cfg.stream_k != 0 &&
             (cfg.block_m > kWorkspaceBlockM || g::block_n(cfg.slices, cfg.consumers) > kWorkspaceBlockN)) {
@@ -149,7 +149,7 @@ chord::grouped::StreamWorkspace stream_k_workspace(void* workspace, uint32_t gri
   return {reinterpret_cast<int32_t*>(base), reinterpret_cast<float*>(base + g::stream_flags_bytes(grid))};
 }
 
-size_t grouped_contiguous_workspace_size(int32_t num_sms) {
+size_t grouped_workspace_size(int32_t num_sms) {
   if (num_sms < 1 || num_sms > 1024) return 0;
   return static_cast<size_t>(g::stream_workspace_bytes(num_sms, kWorkspaceBlockM, kWorkspaceBlockN));
 }
@@ -178,8 +178,10 @@ void grouped_masked(const chord_grouped_masked_args_t& a, CUstream stream) {
   require_pointer(a.a, op, "a", 16);
   require_pointer(a.masked_m, op, "masked_m", 4);
   require_pointer(a.out, op, "out", 16);
+  require_range(a.workspace_bytes, 0, INT64_MAX, op, "workspace_bytes");
+  if (a.workspace) require_pointer(a.workspace, op, "workspace", 16);
   run_gemm(op, GroupedMode::kMasked, a.a, static_cast<int64_t>(a.max_m) * w.num_experts, a.max_m,
-           std::min(a.expected_m, a.max_m), w, a.masked_m, a.out, nullptr, 0, stream);
+           std::min(a.expected_m, a.max_m), w, a.masked_m, a.out, a.workspace, a.workspace_bytes, stream);
 }
 
 // Under expert parallelism: packers and GEMMs of both projections in both modes, for prefill steps of

@@ -19,7 +19,7 @@ namespace chordrt::ops {
 // (IndexedPrefillFamily).
 struct GroupedGemmKey {
   int mode, n, k, experts, block_m, slices, stages, consumers, ring;
-  int stream_k = 0;  // contiguous, with the call's workspace
+  int stream_k = 0;  // long K, with the call's workspace
 };
 struct GroupedGemmFamily : JitFamily<GroupedGemmFamily, GroupedGemmKey> {
   static constexpr std::string_view kName = "grouped.gemm";
@@ -46,7 +46,7 @@ KernelProgram grouped_gemm_program(std::string_view family, const heuristics::Gr
 
 // The key dispatch uses for a shape on a device: the heuristic's configuration for rows_hint, then
 // `override_spec` (CHORD_GROUPED_CONFIG, "" for none) checked by grouped_config_error (stream_k 1 also
-// needs stream_k_workspace: a contiguous call's workspace that holds the tile's partials); `op` names
+// needs stream_k_workspace: the call's workspace, which holds the tile's partials); `op` names
 // errors. The planner calls it with "".
 GroupedGemmKey grouped_gemm_key(const heuristics::GroupedShape& s, int64_t rows_hint, const DeviceFacts& facts,
                                 std::string_view override_spec = {}, const char* op = "grouped",
@@ -54,12 +54,12 @@ GroupedGemmKey grouped_gemm_key(const heuristics::GroupedShape& s, int64_t rows_
 
 // The stream-K kernel's view of a caller's workspace (chord::grouped::stream_workspace_bytes' layout) for a
 // grid of `grid` CTAs, its flags cleared on `stream` (not in a dry run, which launches nothing). Shared by the
-// contiguous GEMM and the indexed prefill.
+// grouped GEMMs and the indexed prefill.
 chord::grouped::StreamWorkspace stream_k_workspace(void* workspace, uint32_t grid, bool dry_run, CUstream stream);
 
-// chord_grouped_contiguous_workspace_size: flags and partials of the widest tile the heuristics pick
+// chord_grouped_workspace_size: flags and partials of the widest tile the heuristics pick
 // (block_m 128, 256 weight rows) on num_sms SMs; 0 when num_sms is outside [1, 1024].
-size_t grouped_contiguous_workspace_size(int32_t num_sms);
+size_t grouped_workspace_size(int32_t num_sms);
 
 // The kernels of this family (and its packers) a model's deployment dispatches.
 void plan_grouped(const ModelPlanInput& in, PlanBuilder& plan);

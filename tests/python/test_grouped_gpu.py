@@ -627,12 +627,12 @@ def test_bad_config_override_is_rejected(python_runner, override_cases, spec, wo
         assert "CHORD_GROUPED_CONFIG" in r["message"] and word in r["message"], (spec, name, r["message"])
 
 
-# ---- contiguous stream-K (CHORD_GROUPED_CONFIG=stream_k=1 with the call's workspace) ---------------------
+# ---- stream-K, contiguous and masked (CHORD_GROUPED_CONFIG=stream_k=1 with the call's workspace) ----------
 
-# The heuristics keep whole tiles until the A/B has run (bench/NOTES.md, "Contiguous stream-K"); the override
-# turns stream-K on for calls that bring a workspace. The runtime reads its environment once per process, so
+# The override turns stream-K on for every call that brings a workspace (the contiguous heuristics take it
+# only for a long last wave, the masked ones not yet). The runtime reads its environment once per process, so
 # the forced kernels run in a fresh interpreter: each case against the FP32 reference on poisoned outputs with
-# a garbage-filled workspace, twice (bitwise the same), a call without a workspace and a masked call rejected.
+# a garbage-filled workspace, twice (bitwise the same); a call without a workspace and short K rejected.
 STREAM_K_CHILD = textwrap.dedent(
     """
     import json, sys
@@ -640,7 +640,7 @@ STREAM_K_CHILD = textwrap.dedent(
     import torch, chordrt
     import test_grouped_gpu as t
     sms = torch.cuda.get_device_properties(t.DEV).multi_processor_count
-    workspace = torch.full((chordrt.grouped_contiguous_workspace_size(sms),), 0xA5, dtype=torch.uint8, device=t.DEV)
+    workspace = torch.full((chordrt.grouped_workspace_size(sms),), 0xA5, dtype=torch.uint8, device=t.DEV)
     result = {{}}
     dn, dk = t.KIMI["down"]
     un, uk = t.KIMI["gate_up"]
@@ -661,19 +661,37 @@ STREAM_K_CHILD = textwrap.dedent(
         # 150 one-tile row blocks of 9 K blocks: ~10 K blocks a CTA, most tiles cut between two CTAs.
         "k576_cut_tiles": (*t.SMALL["k576"][:2], 2, t.contiguous_ids([9600 - 7, 9600 - 121])),
     }}
-    for name, (n, k, e, ids) in cases.items():
-        w = t.packed(n, k, e, t.CONTIGUOUS)
+    # Masked (max_m 128, 128-K blocks), every live block in the schedule, empty groups with none:
+    masked_cases = {{
+        # Qwen3-235B-A22B EP8 gate_up at 8 tokens: 16 x 12 tiles of 16 x 256, all in the stream-K wave.
+        "masked_gate_up_16x8": (3072, 4096, 16, [8] * 14 + [0, 3], 8),
+        # Kimi down, uneven counts (0 to 200, clamped to 128): 1-8 blocks a group at block_m 16.
+        "masked_down_uneven": (7168, 2048, 12, [0, 1, 128, 200, 17, 64, 5, 100, 0, 33, 9, 16], 8),
+    }}
+    for name, spec in {{**cases, **masked_cases}}.items():
+        if name in masked_cases:
+            n, k, e, counts, expected = spec
+            w = t.packed(n, k, e, t.MASKED)
+            written = t.masked_rows(counts, e, 128)
+            expert_of_row = torch.arange(e, device=t.DEV).repeat_interleave(128)
+            mm = torch.tensor(counts, dtype=torch.int32, device=t.DEV)
+            call = lambda a, out: chordrt.grouped_masked(a, w, mm, expected, out=out, workspace=workspace)
+        else:
+            n, k, e, expert_of_row = spec
+            w = t.packed(n, k, e, t.CONTIGUOUS)
+            written = t.contiguous_rows(expert_of_row, e)
+            call = lambda a, out: chordrt.grouped_contiguous(a, w, expert_of_row, out=out, workspace=workspace)
         words, scale = t.source(n, k, e)
-        written = t.contiguous_rows(ids, e)
-        a = t.poison_skipped(t.activations(ids.numel(), k, 23), written)
+        rows = written.numel()
+        a = t.poison_skipped(t.activations(rows, k, 23), written)
         outs = []
         for _ in range(2):
-            out = t.nan_out(ids.numel(), n)
-            chordrt.grouped_contiguous(a, w, ids, out=out, workspace=workspace)
+            out = t.nan_out(rows, n)
+            call(a, out)
             torch.cuda.synchronize()
             outs.append(out)
         o = outs[0].float()
-        ref = t.reference(a, words, scale, ids, written)
+        ref = t.reference(a, words, scale, expert_of_row, written)
         result[name] = {{
             "untouched_ok": bool(torch.isnan(o[~written]).all().item()) if (~written).any() else True,
             "finite_ok": bool(torch.isfinite(o[written]).all().item()),
@@ -688,25 +706,25 @@ STREAM_K_CHILD = textwrap.dedent(
         chordrt.grouped_contiguous(a, t.packed(n, k, e, t.CONTIGUOUS), ids)
     except chordrt.ChordError as err:
         rejected["no_workspace"] = err.message
-    try:
-        n, k, e = t.SMALL["small"]
-        mm = torch.tensor([3, 0, 16], dtype=torch.int32, device=t.DEV)
-        chordrt.grouped_masked(t.activations(e * 16, k, 3), t.packed(n, k, e, t.MASKED), mm, 4)
+    n, k, e = t.SMALL["small"]
+    mm = torch.tensor([3, 0, 16], dtype=torch.int32, device=t.DEV)
+    try:  # K 512: 4 blocks of 128
+        chordrt.grouped_masked(t.activations(e * 16, k, 3), t.packed(n, k, e, t.MASKED), mm, 4, workspace=workspace)
     except chordrt.ChordError as err:
-        rejected["masked"] = err.message
+        rejected["masked_short_k"] = err.message
     result["rejected"] = rejected
     print(json.dumps(result))
     """
 )
 
 
-def test_contiguous_stream_k_matches_the_reference(python_runner):
+def test_stream_k_matches_the_reference(python_runner):
     code = STREAM_K_CHILD.format(tests=str(Path(__file__).resolve().parent))
     proc = python_runner(code, timeout=600, CHORD_GROUPED_CONFIG="stream_k=1")
     assert proc.result is not None, f"no result from the child:\n{proc.stdout}\n{proc.stderr}"
     rejected = proc.result.pop("rejected")
     assert "stream_k 1 needs the call's workspace" in rejected.get("no_workspace", ""), rejected
-    assert "needs the indexed or contiguous mode" in rejected.get("masked", ""), rejected
+    assert "stream_k 1 needs more than 8 K blocks" in rejected.get("masked_short_k", ""), rejected
     for name, r in proc.result.items():
         print(f"stream-K {name}: vs reference {r['vs_reference']['rel_err']:.3e} / {r['vs_reference']['cosine']:.6f}")
         assert r["untouched_ok"] and r["finite_ok"] and r["bitwise_repeat"], (name, r)

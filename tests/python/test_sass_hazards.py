@@ -101,9 +101,11 @@ def _small_descriptors():
     fields = {"mode": 1, "n": 4096, "k": 7168, "experts": 48, "block_m": 16, "slices": 2, "stages": 3,
               "consumers": 4, "ring": 1, "stream_k": 0}
     out.append(json.dumps({"family": "grouped.gemm", "arch": "sm_90a", "fields": fields}))
-    # Contiguous stream-K (the override's kernel: EP32 gate_up and down tiles).
-    for n, k in [(4096, 7168), (7168, 2048)]:
-        fields = {"mode": 0, "n": n, "k": k, "experts": 12, "block_m": 128, "slices": 2, "stages": 4,
+    # Stream-K: contiguous (EP32 gate_up and down tiles) and masked (the override's kernel at 8 tokens: Qwen3-235B
+    # EP8 gate_up, Kimi down).
+    for mode, n, k, e, bm, stages in [(0, 4096, 7168, 12, 128, 4), (0, 7168, 2048, 12, 128, 4),
+                                      (1, 3072, 4096, 16, 16, 8), (1, 7168, 2048, 12, 16, 8)]:
+        fields = {"mode": mode, "n": n, "k": k, "experts": e, "block_m": bm, "slices": 2, "stages": stages,
                   "consumers": 2, "ring": 0, "stream_k": 1}
         out.append(json.dumps({"family": "grouped.gemm", "arch": "sm_90a", "fields": fields}))
     # The gathering mode at K 256, with four consumer warpgroups (short and long K), the step ring's four

@@ -272,18 +272,19 @@ typedef struct chord_grouped_contiguous_args {
   void* out;                          /* [m, N] BF16 */
   /* Optional (may be left out of a smaller struct): stream-K scratch, as chord_indexed_args_t's. With it the
    * heuristics split the last wave's K blocks where whole tiles would leave the SMs idle for a sixth of the
-   * kernel or more, so every SM ends together; without it (NULL) whole tiles are scheduled statically. >= chord_grouped_contiguous_workspace_size(number of SMs) bytes, 16-byte aligned,
-   * contents any (the call clears what it needs on the stream); calls running at the same time need their
-   * own. */
+   * kernel or more, so every SM ends together; without it (NULL) whole tiles are scheduled statically.
+   * >= chord_grouped_workspace_size(number of SMs) bytes, 16-byte aligned, contents any (the call clears
+   * what it needs on the stream); calls running at the same time need their own. */
   void* workspace;
   int64_t workspace_bytes;
 } chord_grouped_contiguous_args_t;
 #define CHORD_GROUPED_CONTIGUOUS_ARGS_MIN_SIZE CHORD_ARGS_SIZE_UNTIL(chord_grouped_contiguous_args_t, out)
 
-/* Bytes of chord_grouped_contiguous_args_t's stream-K workspace on a GPU of num_sms SMs (1..1024), for tiles of
+/* Bytes of the grouped GEMMs' stream-K workspace (chord_grouped_contiguous_args_t's and
+ * chord_grouped_masked_args_t's) on a GPU of num_sms SMs (1..1024), for tiles of
  * up to 128 rows of a and 256 weight rows (every configuration the heuristics pick); 0 when num_sms is out of
  * range. */
-CHORD_API size_t chord_grouped_contiguous_workspace_size(int32_t num_sms);
+CHORD_API size_t chord_grouped_workspace_size(int32_t num_sms);
 
 /* out = a times the weight of expert m_indices[row]. Each expert's rows are contiguous and padded to a
  * multiple of 128; a padding row (-1, or an id outside [0, E)) is skipped and not written. */
@@ -297,8 +298,13 @@ typedef struct chord_grouped_masked_args {
   const int32_t* masked_m;            /* [G] on the device: rows of group g, clamped to [0, max_m] */
   int32_t expected_m;                 /* > 0, host: only picks the kernel configuration */
   void* out;                          /* [G*max_m, N] BF16 (flat); rows past masked_m[g] untouched */
+  /* Optional (may be left out of a smaller struct): stream-K scratch of chord_grouped_workspace_size(SMs)
+   * bytes, as chord_grouped_contiguous_args_t's. Used only under CHORD_GROUPED_CONFIG="stream_k=1" for now
+   * (the masked heuristics keep whole tiles until its measurement); NULL: none. */
+  void* workspace;
+  int64_t workspace_bytes;
 } chord_grouped_masked_args_t;
-#define CHORD_GROUPED_MASKED_ARGS_MIN_SIZE sizeof(chord_grouped_masked_args_t)
+#define CHORD_GROUPED_MASKED_ARGS_MIN_SIZE CHORD_ARGS_SIZE_UNTIL(chord_grouped_masked_args_t, out)
 
 /* out = a times expert g's weight for the first masked_m[g] rows of each group g (never read by the
  * host: graph-capturable). */

@@ -92,9 +92,7 @@ inline chord_w4a16_weight_t w4a16_pack(const chord_w4a16_pack_args_t& a, CUstrea
   return w;
 }
 // 0 when num_sms is out of range.
-inline size_t grouped_contiguous_workspace_size(int32_t num_sms) {
-  return chord_grouped_contiguous_workspace_size(num_sms);
-}
+inline size_t grouped_workspace_size(int32_t num_sms) { return chord_grouped_workspace_size(num_sms); }
 inline void grouped_contiguous(const chord_grouped_contiguous_args_t& a, CUstream stream) {
   check(chord_grouped_contiguous(&a, stream));
 }

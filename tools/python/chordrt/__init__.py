@@ -46,7 +46,7 @@ from ._glue import (
     silu_and_mul,
 )
 from ._w4a16 import W4a16Layout, W4a16PackArgs, W4a16PackedWeight, W4a16Weight, w4a16_pack, w4a16_weight_sizes
-from ._grouped import (GroupedContiguousArgs, GroupedMaskedArgs, grouped_contiguous, grouped_contiguous_workspace_size,
+from ._grouped import (GroupedContiguousArgs, GroupedMaskedArgs, grouped_contiguous, grouped_workspace_size,
                        grouped_masked)
 from ._indexed import IndexedArgs, IndexedProfile, indexed_block_m, indexed_gemm, indexed_gemm_workspace_size
 from ._warp_decode import WarpDecodeMoeArgs, WeightFormat, warp_decode_moe, warp_decode_moe_workspace_size
@@ -105,7 +105,7 @@ __all__ = [
     "dsa_indexer_logits",
     "dsa_topk",
     "grouped_contiguous",
-    "grouped_contiguous_workspace_size",
+    "grouped_workspace_size",
     "grouped_masked",
     "indexed_block_m",
     "indexed_gemm",

@@ -34,7 +34,7 @@ __all__ = [
     "GroupedMaskedArgs",
     "grouped_contiguous",
     "grouped_contiguous_raw",
-    "grouped_contiguous_workspace_size",
+    "grouped_workspace_size",
     "grouped_masked",
     "grouped_masked_raw",
 ]
@@ -63,6 +63,7 @@ class GroupedMaskedArgs(SizedStruct):
     """chord_grouped_masked_args_t (pointer fields are raw device addresses)."""
 
     _c_name_ = "chord_grouped_masked_args_t"
+    _min_field_ = "out"
     _fields_ = [
         ("struct_size", ctypes.c_size_t),
         ("a", ctypes.c_void_p),  # BF16 [G*max_m, K]
@@ -71,12 +72,14 @@ class GroupedMaskedArgs(SizedStruct):
         ("masked_m", ctypes.c_void_p),  # const int32_t* [G]
         ("expected_m", ctypes.c_int32),
         ("out", ctypes.c_void_p),  # BF16 [G*max_m, N]
+        ("workspace", ctypes.c_void_p),  # optional: stream-K scratch
+        ("workspace_bytes", ctypes.c_int64),
     ]
 
 
 prototype("chord_grouped_contiguous", STATUS_T, [ctypes.POINTER(GroupedContiguousArgs), STREAM_T])
 prototype("chord_grouped_masked", STATUS_T, [ctypes.POINTER(GroupedMaskedArgs), STREAM_T])
-prototype("chord_grouped_contiguous_workspace_size", ctypes.c_size_t, [ctypes.c_int32])
+prototype("chord_grouped_workspace_size", ctypes.c_size_t, [ctypes.c_int32])
 
 _CONTIGUOUS_NEEDS = ("grouped_contiguous needs a weight packed with layout WGMMA_K64 "
                      "(w4a16_pack(..., W4a16Layout.WGMMA_K64))")
@@ -85,11 +88,11 @@ _MASKED_NEEDS = "grouped_masked needs a weight packed with layout WGMMA_K128 (w4
 # ---- grouped_contiguous -----------------------------------------------------------------------------
 
 
-def grouped_contiguous_workspace_size(num_sms: int) -> int:
-    """chord_grouped_contiguous_workspace_size(): bytes of the stream-K workspace on a GPU of num_sms SMs
+def grouped_workspace_size(num_sms: int) -> int:
+    """chord_grouped_workspace_size(): bytes of the stream-K workspace on a GPU of num_sms SMs
     (torch: torch.cuda.get_device_properties(d).multi_processor_count)."""
-    op = "grouped_contiguous_workspace_size"
-    n = lib().chord_grouped_contiguous_workspace_size(check_int(num_sms, op, "num_sms"))
+    op = "grouped_workspace_size"
+    n = lib().chord_grouped_workspace_size(check_int(num_sms, op, "num_sms"))
     if n == 0:
         raise invalid(op, f"num_sms must be in [1, 1024], got {num_sms}")
     return int(n)
@@ -111,6 +114,14 @@ def grouped_contiguous_raw(a, m, weight, m_indices, out, stream=None, *, workspa
     check(lib().chord_grouped_contiguous(ctypes.byref(args), raw_stream(stream)))
 
 
+def _workspace_of(call, torch, workspace):
+    """(address, bytes) of an optional stream-K workspace tensor (uint8, 1-D); (0, 0) for None."""
+    if workspace is None:
+        return 0, 0
+    call.tensor(workspace, "workspace", torch.uint8, ndim=1)
+    return workspace.data_ptr(), workspace.numel()
+
+
 def _grouped_contiguous_torch(torch, a, weight, m_indices, out, stream, m, workspace):
     op = "grouped_contiguous"
     w = weight_struct(weight, op)
@@ -126,10 +137,7 @@ def _grouped_contiguous_torch(torch, a, weight, m_indices, out, stream, m, works
     if out is None:
         out = torch.empty((rows, w.n), dtype=torch.bfloat16, device=call.device)
     call.tensor(out, "out", torch.bfloat16, shape=(rows, w.n))
-    ws, ws_bytes = 0, 0
-    if workspace is not None:
-        call.tensor(workspace, "workspace", torch.uint8, ndim=1)
-        ws, ws_bytes = workspace.data_ptr(), workspace.numel()
+    ws, ws_bytes = _workspace_of(call, torch, workspace)
     with call.guard():  # m == 0 too: the library still checks the weight
         grouped_contiguous_raw(a.data_ptr(), rows, w, m_indices.data_ptr(), out.data_ptr(), call.stream(),
                                workspace=ws, workspace_bytes=ws_bytes)
@@ -144,7 +152,7 @@ def grouped_contiguous(a, weight, m_indices, out=None, stream=None, *, m: Option
     [m]: each expert's rows contiguous and padded to a multiple of 128 with -1 (rows whose id is -1 or
     outside [0, E) are neither computed nor written); out bf16 [m, N] (allocated with torch.empty when
     not given, so padding rows hold garbage then) is returned. workspace: optional stream-K scratch (a uint8
-    tensor of at least grouped_contiguous_workspace_size(SMs) bytes; raw: an address and workspace_bytes).
+    tensor of at least grouped_workspace_size(SMs) bytes; raw: an address and workspace_bytes).
     Raw pointers: m must be given; returns None.
     """
     torch = torch_module_of(a, m_indices, out)
@@ -158,7 +166,8 @@ def grouped_contiguous(a, weight, m_indices, out=None, stream=None, *, m: Option
 # ---- grouped_masked ---------------------------------------------------------------------------------
 
 
-def grouped_masked_raw(a, max_m, weight, masked_m, expected_m, out, stream=None) -> None:
+def grouped_masked_raw(a, max_m, weight, masked_m, expected_m, out, stream=None, *, workspace=0,
+                       workspace_bytes=0) -> None:
     """chord_grouped_masked() on raw device addresses (ints) and an explicit max_m; stream a CUstream."""
     op = "grouped_masked"
     w = weight_struct(weight, op)
@@ -169,11 +178,13 @@ def grouped_masked_raw(a, max_m, weight, masked_m, expected_m, out, stream=None)
         masked_m=address(masked_m, op, "masked_m"),
         expected_m=check_int(expected_m, op, "expected_m"),
         out=address(out, op, "out"),
+        workspace=address(workspace, op, "workspace") if workspace else None,
+        workspace_bytes=size(workspace_bytes, op, "workspace_bytes"),
     )
     check(lib().chord_grouped_masked(ctypes.byref(args), raw_stream(stream)))
 
 
-def _grouped_masked_torch(torch, a, weight, masked_m, expected_m, out, stream, max_m):
+def _grouped_masked_torch(torch, a, weight, masked_m, expected_m, out, stream, max_m, workspace):
     op = "grouped_masked"
     w = weight_struct(weight, op)
     call = TorchCall(torch, op, stream)
@@ -200,12 +211,15 @@ def _grouped_masked_torch(torch, a, weight, masked_m, expected_m, out, stream, m
     if tuple(out.shape) not in ((g * rows_per, w.n), (g, rows_per, w.n)):
         raise invalid(op, f"out must have shape {(g * rows_per, w.n)} (or {(g, rows_per, w.n)}), got "
                            f"{tuple(out.shape)}")
+    ws, ws_bytes = _workspace_of(call, torch, workspace)
     with call.guard():
-        grouped_masked_raw(a.data_ptr(), rows_per, w, masked_m.data_ptr(), expected_m, out.data_ptr(), call.stream())
+        grouped_masked_raw(a.data_ptr(), rows_per, w, masked_m.data_ptr(), expected_m, out.data_ptr(), call.stream(),
+                           workspace=ws, workspace_bytes=ws_bytes)
     return out
 
 
-def grouped_masked(a, weight, masked_m, expected_m: int, out=None, stream=None, *, max_m: Optional[int] = None):
+def grouped_masked(a, weight, masked_m, expected_m: int, out=None, stream=None, *, max_m: Optional[int] = None,
+                   workspace=None, workspace_bytes: int = 0):
     """chord_grouped_masked(): for each group g (expert g of the weight), out rows = a rows @ W[g]^T for the
     first masked_m[g] rows of g's block of max_m rows (decode).
 
@@ -213,12 +227,14 @@ def grouped_masked(a, weight, masked_m, expected_m: int, out=None, stream=None, 
     [G*max_m, K] or [G, max_m, K]; masked_m int32 [G] on the device (clamped to [0, max_m], never read
     on the host); expected_m (> 0) the typical count, which only picks the kernel configuration; out
     bf16 [G*max_m, N] (or [G, max_m, N] when given so), allocated with torch.empty when not given, and
-    returned: rows past each group's count are left untouched.
+    returned: rows past each group's count are left untouched. workspace: optional stream-K scratch, as
+    grouped_contiguous's (used under CHORD_GROUPED_CONFIG=stream_k=1 only, for now).
     Raw pointers: max_m must be given; returns None.
     """
     expected_m = check_int(expected_m, "grouped_masked", "expected_m")
     torch = torch_module_of(a, masked_m, out)
     if torch is not None:
-        return _grouped_masked_torch(torch, a, weight, masked_m, expected_m, out, stream, max_m)
-    grouped_masked_raw(a, max_m, weight, masked_m, expected_m, out, stream)
+        return _grouped_masked_torch(torch, a, weight, masked_m, expected_m, out, stream, max_m, workspace)
+    grouped_masked_raw(a, max_m, weight, masked_m, expected_m, out, stream, workspace=workspace or 0,
+                       workspace_bytes=workspace_bytes)
     return None
