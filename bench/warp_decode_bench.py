@@ -31,6 +31,14 @@ SHAPES = {
     "Qwen3-235B-A22B TP4": (4096, 384, 128, 128, 8, None),
     "DeepSeek-V2-Lite": (2048, 1408, 64, 64, 6, None),
 }
+# Probes, by name only (--shapes): what a batch costs beyond its bytes. Eight touched experts as Kimi K2 TP8
+# at M = 1, with almost no weight bytes (the two-kernel chain's fixed cost: launches, route tables, the PDL
+# hand-off), and with Kimi's H (gate/up's per-warp chain of K stages as at Kimi, 5.5 MB).
+PROBES = {
+    "Probe H1024 I128": (1024, 128, 8, 8, 8, None),
+    "Probe H7168 I64": (7168, 64, 8, 8, 8, None),
+}
+SHAPE_OF = {**SHAPES, **PROBES}
 TOKENS = (1, 2, 4, 8, 16, 32, 64)
 
 
@@ -87,14 +95,14 @@ def loop_baseline(x, ids, rw, emap, w13, w2, experts):
 
 def weights_and_map(name, fmt):
     """The shape's random weights (seed 1) and its expert map (None without EP)."""
-    h, i, e, g, k, rank = SHAPES[name]
+    h, i, e, g, k, rank = SHAPE_OF[name]
     dev = torch.device("cuda")
     w = mr.random_moe_weights(torch, fmt, e, h, i, dev, seed=1)
     return w, None if rank is None else mr.contiguous_expert_map(torch, g, e, rank, dev)
 
 
 def bench_shape(name, fmt, tokens_list, ceil, quick):
-    h, i, e, g, k, rank = SHAPES[name]
+    h, i, e, g, k, rank = SHAPE_OF[name]
     dev = torch.device("cuda")
     w, emap = weights_and_map(name, fmt)
     w13 = mr.dequantize(torch, fmt, w.w13, w.w13_scale, torch.float32).to(torch.bfloat16)
@@ -155,7 +163,7 @@ def bench_shape(name, fmt, tokens_list, ceil, quick):
 
 def profile(spec):
     name, fmt, m = spec.split(",")
-    h, i, e, g, k, rank = SHAPES[name]
+    h, i, e, g, k, rank = SHAPE_OF[name]
     m = int(m)
     dev = torch.device("cuda")
     w, emap = weights_and_map(name, fmt)
@@ -171,7 +179,8 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--profile", help="NAME,FORMAT,M: run that case a few times, untimed")
     ap.add_argument("--quick", action="store_true", help="fewer sets and token counts")
-    ap.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated subset of the shapes")
+    ap.add_argument("--shapes", default=",".join(SHAPES),
+                    help=f"comma-separated shapes (default: the models; probes: {', '.join(PROBES)})")
     ap.add_argument("--formats", default=",".join(mr.FORMATS), help="comma-separated subset of the formats")
     ap.add_argument("--tokens", help="comma-separated token counts (default: all, or 1,8,32 with --quick)")
     args = ap.parse_args()
@@ -188,6 +197,8 @@ def main():
         tokens = tuple(int(t) for t in args.tokens.split(","))
     rows = []
     for name in args.shapes.split(","):
+        if name not in SHAPE_OF:
+            ap.error(f"unknown shape {name!r} (have {', '.join(SHAPE_OF)})")
         for fmt in args.formats.split(","):
             rows += bench_shape(name, fmt, tokens, ceil, args.quick)
     result = {"device": torch.cuda.get_device_name(), "ceilings": ceil, "results": rows}
