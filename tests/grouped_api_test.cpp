@@ -383,49 +383,46 @@ TEST_CASE("contiguous stream-K: asked for by override, over the call's workspace
   CHECK(chordrt::grouped_workspace_size(1025) == 0);  // the C++ mirror
 }
 
-TEST_CASE("a contiguous call's workspace is checked, and does not change the heuristics' kernel", "[grouped][capi]") {
-  chord_w4a16_weight_t w = host_weight(CHORD_W4A16_LAYOUT_WGMMA_K64);
-  int32_t* ids = reinterpret_cast<int32_t*>(g_host);
+// A grouped call's optional workspace (args: a valid call whose workspace fields are still unset): a short,
+// misaligned or negative one is INVALID_ARGUMENT naming it; a struct that ends at `out` (an older caller's) has
+// none; with or without one, the heuristics' kernel is the same (the shape takes no stream-K).
+template <class Args, class Call>
+void check_grouped_workspace(Args args, size_t min_size, Call call, const std::string& op) {
   chordrt::DryRun dry(kHopperFacts);
   const int64_t need = static_cast<int64_t>(chord_grouped_workspace_size(kHopperFacts.sm_count));
-  chord_grouped_contiguous_args_t c{sizeof c, g_host, 4 * 128, &w, ids, g_host, g_host + 16, need - 1};
-  CHECK(chord_grouped_contiguous(&c, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
-  CHECK_THAT(last_error(), Contains("workspace_bytes must be at least chord_grouped_workspace_size(132 SMs)"));
-  c.workspace = g_host + 8;
-  c.workspace_bytes = need;
-  CHECK(chord_grouped_contiguous(&c, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
+  args.workspace = g_host + 16;
+  args.workspace_bytes = need - 1;
+  CHECK(call(&args) == CHORD_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(last_error(), Contains(op + ": workspace_bytes must be at least chord_grouped_workspace_size(132 SMs)"));
+  args.workspace = g_host + 8;
+  args.workspace_bytes = need;
+  CHECK(call(&args) == CHORD_ERROR_INVALID_ARGUMENT);
   CHECK_THAT(last_error(), Contains("workspace"));
-  c.workspace_bytes = -1;
-  CHECK(chord_grouped_contiguous(&c, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
+  args.workspace_bytes = -1;
+  CHECK(call(&args) == CHORD_ERROR_INVALID_ARGUMENT);
   CHECK_THAT(last_error(), Contains("workspace_bytes must be in [0,"));
-  // A struct that ends at `out` (an older caller's) has no workspace.
-  c.struct_size = CHORD_GROUPED_CONTIGUOUS_ARGS_MIN_SIZE;
-  REQUIRE(chord_grouped_contiguous(&c, nullptr) == CHORD_SUCCESS);
-  c.struct_size = sizeof c;
-  c.workspace = g_host + 16;
-  c.workspace_bytes = need;
-  REQUIRE(chord_grouped_contiguous(&c, nullptr) == CHORD_SUCCESS);
+  args.struct_size = min_size;
+  REQUIRE(call(&args) == CHORD_SUCCESS);
+  args.struct_size = sizeof args;
+  args.workspace = g_host + 16;
+  args.workspace_bytes = need;
+  REQUIRE(call(&args) == CHORD_SUCCESS);
   REQUIRE(dry.descriptors().size() == 2);
   CHECK(dry.descriptors()[0] == dry.descriptors()[1]);
 }
 
-TEST_CASE("a masked call's workspace is checked, and does not change the heuristics' kernel", "[grouped][capi]") {
-  chord_w4a16_weight_t w = host_weight(CHORD_W4A16_LAYOUT_WGMMA_K128);
-  int32_t* masked_m = reinterpret_cast<int32_t*>(g_host);
-  chordrt::DryRun dry(kHopperFacts);
-  const int64_t need = static_cast<int64_t>(chord_grouped_workspace_size(kHopperFacts.sm_count));
-  chord_grouped_masked_args_t m{sizeof m, g_host, 128, &w, masked_m, 16, g_host, g_host + 16, need - 1};
-  CHECK(chord_grouped_masked(&m, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
-  CHECK_THAT(last_error(), Contains("grouped_masked: workspace_bytes must be at least chord_grouped_workspace_size"));
-  m.workspace = g_host + 8;
-  m.workspace_bytes = need;
-  CHECK(chord_grouped_masked(&m, nullptr) == CHORD_ERROR_INVALID_ARGUMENT);
-  CHECK_THAT(last_error(), Contains("workspace"));
-  m.struct_size = CHORD_GROUPED_MASKED_ARGS_MIN_SIZE;  // an older caller's struct: no workspace
-  REQUIRE(chord_grouped_masked(&m, nullptr) == CHORD_SUCCESS);
-  m.struct_size = sizeof m;
-  m.workspace = g_host + 16;
-  REQUIRE(chord_grouped_masked(&m, nullptr) == CHORD_SUCCESS);
-  REQUIRE(dry.descriptors().size() == 2);
-  CHECK(dry.descriptors()[0] == dry.descriptors()[1]);
+TEST_CASE("a grouped call's workspace is checked, and does not change the heuristics' kernel", "[grouped][capi]") {
+  int32_t* routing = reinterpret_cast<int32_t*>(g_host);
+  chord_w4a16_weight_t k64 = host_weight(CHORD_W4A16_LAYOUT_WGMMA_K64);
+  check_grouped_workspace(
+      chord_grouped_contiguous_args_t{sizeof(chord_grouped_contiguous_args_t), g_host, 4 * 128, &k64, routing, g_host,
+                                      nullptr, 0},
+      CHORD_GROUPED_CONTIGUOUS_ARGS_MIN_SIZE, [](const auto* a) { return chord_grouped_contiguous(a, nullptr); },
+      "grouped_contiguous");
+  chord_w4a16_weight_t k128 = host_weight(CHORD_W4A16_LAYOUT_WGMMA_K128);
+  check_grouped_workspace(
+      chord_grouped_masked_args_t{sizeof(chord_grouped_masked_args_t), g_host, 128, &k128, routing, 16, g_host, nullptr,
+                                  0},
+      CHORD_GROUPED_MASKED_ARGS_MIN_SIZE, [](const auto* a) { return chord_grouped_masked(a, nullptr); },
+      "grouped_masked");
 }
