@@ -172,13 +172,14 @@ def main():
                 lines.append(f"| `{f.stem}` | {r['shape']} | {r['format']} | {r['tokens']} | {r['chordrt_us']:.1f} | "
                              f"{100 * r['fraction_of_stream_read']:.0f}% |")
         lines.append("")
-    path, gr = newest("grouped_bench-")
+    grouped_path, gr = newest("grouped_bench-")
     if gr:
-        lines += grouped_section(path, gr)
-    # Other models' grouped runs (--model, often --quick): per model, the newest run that measured it.
+        lines += grouped_section(grouped_path, gr)
+    # Other models' grouped runs (--model, often --quick): per model, the newest run that measured it (the file
+    # above already shows its own).
     for path, run in newest_per_case("grouped_bench-", w4a16_goals.row_model, include_quick=True):
         run["results"] = [r for r in run["results"] if w4a16_goals.row_model(r) != w4a16_goals.KIMI]
-        if run["results"] and (gr is None or path != newest("grouped_bench-")[0]):
+        if run["results"] and path != grouped_path:
             lines += grouped_section(path, run)
     path, ix = newest("indexed_bench-", quick_covers_all=True)
     if ix:

@@ -123,8 +123,8 @@ GroupedConfig select_grouped(const GroupedShape& s, int64_t rows_hint, const Dev
     const int64_t tiles = tile_count(s, c, rows_hint);
     const int64_t grid = std::min<int64_t>(tiles, facts.sm_count);
     const int64_t waves = (tiles + grid - 1) / std::max<int64_t>(grid, 1);
-    if (stream_k_workspace && s.k / grouped_block_k(s.mode) > g::kShortTileKBlocks &&
-        g::stream_whole_tiles(tiles, grid) < tiles && 5 * waves * grid >= 6 * tiles) {
+    // (Then the last wave is at most 2/3 full, which the kernel's stream_whole_tiles never runs whole.)
+    if (stream_k_workspace && s.k / grouped_block_k(s.mode) > g::kShortTileKBlocks && 5 * waves * grid >= 6 * tiles) {
       c.stream_k = 1;
     }
   } else {

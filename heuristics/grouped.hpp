@@ -54,8 +54,8 @@ int grouped_deepest_ring(const GroupedShape& s, GroupedConfig c, const DeviceFac
 std::string grouped_config_error(const GroupedShape& s, const GroupedConfig& c, const DeviceFacts& facts = {});
 
 // rows_hint: contiguous m (total rows, padding included); masked expected_m (tokens per expert).
-// stream_k_workspace: the (contiguous) call brings a stream-K workspace; then a contiguous tile count whose last
-// wave is partial takes stream-K on long K.
+// stream_k_workspace: the (contiguous) call brings a stream-K workspace; then long K takes stream-K where whole
+// tiles would idle the SMs for 1/6 of the kernel or more.
 GroupedConfig select_grouped(const GroupedShape& s, int64_t rows_hint, const DeviceFacts& facts = {},
                              bool stream_k_workspace = false);
 

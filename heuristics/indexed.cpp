@@ -165,8 +165,8 @@ GroupedConfig select_indexed_prefill(const IndexedShape& s, int block_m, int64_t
   // 32 (above) and at 48, 2048 tokens, EP8 gate_up / EP8 down / TP8 gate_up 412.3 / 217.8 / 408.6 ->
   // 401.9 / 204.1 / 402.5 us; with two consumers of two slices it lost up to 5.5% at 2048-4096 tokens (H100,
   // bench/NOTES.md "The single ring and stream-K as the heuristics' choice"). On the half ring at 2048
-  // tokens it wins on EP8 (gate_up 380 against 415-427 us) but where every tile runs whole anyway (TP8
-  // gate_up, 392 tiles) its kernel is 6-11% slower, for a reason not yet found ("The half ring v2 measured").
+  // tokens it wins on EP8 (gate_up 380 against 415-427 us); where every tile runs whole anyway it costs ~1%
+  // under ncu (TP8 gate_up 2048, 392 tiles) and measured 7% at TP8 1024 in the bench (NOTES, stop 48).
   // On the TP profile (every block live: no other GPU's experts to skip) where the expected tiles leave no
   // partial wave, the stream-K kernel would only run whole tiles, and there it was slower.
   const bool tp = resolve_indexed_profile(s, IndexedProfile::kAuto) == IndexedProfile::kTensorParallel;

@@ -289,7 +289,7 @@ TEST_CASE("stream-K is allowed on long K when the call brings a workspace, and o
   CHECK(half.stream_k == 1);
   CHECK(chordrt::ops::indexed_prefill_key(ep_up, 80, 4096, kHopperFacts, {}, true).stream_k == 0);
   // TP8 gate_up at 1024 / 2048 tokens: ~386 / ~392 expected blocks of one 512-row tile each, a last wave of
-  // 122 / 128 tiles: whole tiles, so no stream-K (its kernel measured 6-11% slower there); EP8 keeps it.
+  // 122 / 128 tiles: whole tiles, so no stream-K (7% slower at 1024 in the bench); EP8 keeps it.
   const IndexedShape tp_up{W4a16Layout::kWgmmaK64, 512, 7168, 384};
   CHECK(chordrt::ops::indexed_prefill_key(tp_up, 56, 2048 * 8, kHopperFacts, {}, true).stream_k == 0);
   CHECK(chordrt::ops::indexed_prefill_key(tp_up, 32, 1024 * 8, kHopperFacts, {}, true).stream_k == 0);
